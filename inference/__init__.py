@@ -1,0 +1,1 @@
+"""Inference for the zoo: hand-derived Gibbs kernels, CAVI / EM drivers, correctness checks."""
