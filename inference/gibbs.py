@@ -1,0 +1,365 @@
+"""The conjugacy-aware Gibbs builder: hand-derived updates running inside NumPyro's ``MCMC``.
+
+:class:`ConjugateGibbs` is a :class:`numpyro.infer.mcmc.MCMCKernel` built from a model and a table
+of updates (:class:`~latentzoo.inference.updates.GibbsUpdate`,
+:class:`~latentzoo.inference.updates.Move`). At ``init`` it traces the model on the data it is given
+and makes a :class:`GibbsPlan`:
+
+- each update whose ``requires`` families match the model's sites is used, in table order; the
+  first update that claims a site owns it;
+- a latent site that no applicable update covers (because a user changed its prior family, say)
+  is sampled generically through NumPyro's composite :class:`numpyro.infer.Gibbs`: NUTS for
+  continuous sites, :class:`~numpyro.infer.DiscreteGibbs` for discrete ones. The kernel warns once,
+  naming those sites. Inference stays correct; only speed changes.
+
+When every site has an update, a sweep is one pure, jit-friendly function of
+``(state, data)``: each update re-traces the model at the current values to read its priors'
+hyperparameters, so editing a hyperparameter in the model file changes the draws without touching
+the kernel. The kernel holds no data: ``MCMC.run(key, X, K=3)`` passes it, so one kernel object
+serves many data sets (the Geweke and SBC checks rely on this).
+
+Chain methods: "sequential", "parallel" and (when no fallback is needed) "vectorized".
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from numpyro.handlers import seed, substitute, trace
+from numpyro.infer import NUTS, DiscreteGibbs, Gibbs
+from numpyro.infer.gibbs import (
+    GIBBS_SITES_KWARG,
+    CustomGibbsState,
+    latent_sample_sites,
+    prototype_trace,
+)
+from numpyro.infer.mcmc import MCMCKernel
+from numpyro.util import is_prng_key
+
+import latentzoo  # noqa: F401  (float64)
+
+from .updates import GibbsUpdate, Move, unwrap
+
+__all__ = ["ConjugateGibbs", "GibbsPlan", "SweepState", "ConjugacyFallbackWarning"]
+
+
+class ConjugacyFallbackWarning(UserWarning):
+    """Some sites lost their hand-derived update and are sampled by a generic kernel."""
+
+
+class SweepState(NamedTuple):
+    """State of the all-conjugate sampler: constrained values of every latent site, and a key."""
+
+    z: dict[str, jax.Array]
+    rng_key: jax.Array
+
+
+class GibbsPlan(NamedTuple):
+    """Which update samples which site, decided from the model's trace.
+
+    Attributes:
+        updates: the applicable updates (and moves) in sweep order.
+        fallback_continuous: latent sites sampled by NUTS.
+        fallback_discrete: latent sites sampled by ``DiscreteGibbs``.
+        dropped: ``(update name, reason)`` for each update that does not apply.
+        observed: names of the observed sample sites (the data).
+    """
+
+    updates: tuple[GibbsUpdate | Move, ...]
+    fallback_continuous: tuple[str, ...]
+    fallback_discrete: tuple[str, ...]
+    dropped: tuple[tuple[str, str], ...]
+    observed: tuple[str, ...]
+
+    @property
+    def fallback(self) -> tuple[str, ...]:
+        return self.fallback_continuous + self.fallback_discrete
+
+
+def read_model(model, values, model_args, model_kwargs):
+    """Trace ``model`` with ``values`` substituted; return ``(priors, obs, trace)``.
+
+    ``priors`` maps every sample site to its distribution at these values (the hyperparameters a
+    conjugate update reads), ``obs`` maps observed sites to their data.
+    """
+    tr = trace(substitute(seed(model, jax.random.PRNGKey(0)), data=values)).get_trace(
+        *model_args, **model_kwargs
+    )
+    priors = {n: s["fn"] for n, s in tr.items() if s["type"] == "sample"}
+    obs = {
+        n: s["value"]
+        for n, s in tr.items()
+        if s["type"] == "sample" and s["is_observed"] and n not in values
+    }
+    return priors, obs, tr
+
+
+def make_plan(model, updates, model_args, model_kwargs, rng_key=None) -> GibbsPlan:
+    """Match the update table against the model traced on this data."""
+    rng_key = jax.random.PRNGKey(0) if rng_key is None else rng_key
+    tr = prototype_trace(model, rng_key, model_args, model_kwargs)
+    latent = latent_sample_sites(tr)
+    observed = tuple(
+        n for n, s in tr.items() if s["type"] == "sample" and s["is_observed"]
+    )
+    covered: set[str] = set()
+    chosen, dropped, moves = [], [], []
+    for u in updates:
+        absent = [s for s in u.sites if s not in latent]
+        if absent:
+            dropped.append((u.name, f"sites {absent} are not latent sites of the model"))
+            continue
+        mismatched = []
+        for site, families in u.requires.items():
+            if site not in tr or tr[site]["type"] != "sample":
+                mismatched.append(f"{site} is not a sample site")
+            elif not isinstance(unwrap(tr[site]["fn"]), tuple(families)):
+                have = type(unwrap(tr[site]["fn"])).__name__
+                want = "/".join(f.__name__ for f in families)
+                mismatched.append(f"{site} is {have}, the update needs {want}")
+        if mismatched:
+            dropped.append((u.name, "; ".join(mismatched)))
+            continue
+        if isinstance(u, Move):
+            moves.append(u)
+            chosen.append(u)
+            continue
+        if covered & set(u.sites):
+            dropped.append((u.name, "its sites are already owned by an earlier update"))
+            continue
+        covered |= set(u.sites)
+        chosen.append(u)
+    # A move may only touch sites that conjugate updates own (a generic block owns the rest).
+    final = []
+    for u in chosen:
+        if isinstance(u, Move) and not set(u.sites) <= covered:
+            dropped.append((u.name, "some of its sites are sampled by a generic kernel"))
+        else:
+            final.append(u)
+    rest = [s for s in latent if s not in covered]
+    discrete = tuple(s for s in rest if tr[s]["fn"].has_enumerate_support)
+    continuous = tuple(s for s in rest if s not in discrete)
+    return GibbsPlan(tuple(final), continuous, discrete, tuple(dropped), observed)
+
+
+def sweep(model, updates, state: SweepState, model_args, model_kwargs) -> SweepState:
+    """One pass over the updates. Pure: jit, vmap and scan it freely."""
+    rng_key, *keys = jax.random.split(state.rng_key, len(updates) + 1)
+    values = dict(state.z)
+    for u, k in zip(updates, keys):
+        priors, obs, _ = read_model(model, values, model_args, model_kwargs)
+        values.update(u.sample(k, values, obs, priors))
+    return SweepState(values, rng_key)
+
+
+def _deterministic_fn(model, model_args, model_kwargs):
+    def fn(z):
+        _, _, tr = read_model(model, z, model_args, model_kwargs)
+        det = {n: s["value"] for n, s in tr.items() if s["type"] == "deterministic"}
+        return {**z, **det}
+
+    return fn
+
+
+class _UpdateBlock(MCMCKernel):
+    """One hand-derived update as a block of NumPyro's composite ``Gibbs``.
+
+    Unlike ``CustomGibbs`` it is model-based, so it reads the data from the model's arguments and
+    the hyperparameters from the model traced at the current values of all sites.
+    """
+
+    sample_field = "z"
+
+    def __init__(self, model, update: GibbsUpdate):
+        self._model = model
+        self._update = update
+
+    @property
+    def model(self):
+        return self._model
+
+    def init(self, rng_key, num_warmup, init_params, model_args, model_kwargs):
+        z = {k: jnp.asarray(v) for k, v in init_params.items()}
+        return CustomGibbsState(z, rng_key)
+
+    def sample(self, state, model_args, model_kwargs):
+        model_kwargs = {} if model_kwargs is None else model_kwargs
+        siblings = model_kwargs.get(GIBBS_SITES_KWARG, {})
+        values = {**siblings, **state.z}
+        priors, obs, _ = read_model(self._model, state.z, model_args, model_kwargs)
+        obs = {k: v for k, v in obs.items() if k not in siblings}
+        rng_key, key = jax.random.split(state.rng_key)
+        new = self._update.sample(key, values, obs, priors)
+        return CustomGibbsState({k: jnp.asarray(v) for k, v in new.items()}, rng_key)
+
+    def refresh(self, state, model_args, model_kwargs):
+        return state
+
+    def wrap_model(self, wrapper):
+        block = copy.copy(self)
+        block._model = wrapper(self._model)
+        return block
+
+    def get_constrain_fn(self, model_args, model_kwargs):
+        return lambda z: z
+
+
+class ConjugateGibbs(MCMCKernel):
+    """Gibbs sampler from a model and a table of hand-derived updates.
+
+    Args:
+        model: a NumPyro model, called as ``model(*model_args, **model_kwargs)``.
+        updates: the update table, in sweep order (see :mod:`latentzoo.inference.updates`).
+        nuts_kwargs: keyword arguments for the NUTS block used for sites without an update.
+
+    Example::
+
+        kernel = ConjugateGibbs(factor_analysis, fa_updates())
+        mcmc = MCMC(kernel, num_warmup=500, num_samples=1000, num_chains=4)
+        mcmc.run(jax.random.PRNGKey(0), X, K=3)
+        az.plot_trace(az.from_numpyro(mcmc), var_names=["psi"])
+    """
+
+    sample_field = "z"
+
+    def __init__(self, model, updates: Sequence[GibbsUpdate | Move], *, nuts_kwargs=None):
+        self._model = model
+        self._updates = tuple(updates)
+        self._nuts_kwargs = dict(nuts_kwargs or {})
+        self._plan: GibbsPlan | None = None
+        self._composite: Gibbs | None = None
+        self._vectorized = False
+        self._sample_fn = None
+        self._warned: set[tuple[str, ...]] = set()
+
+    # -- introspection -------------------------------------------------------------------
+    @property
+    def model(self):
+        return self._model
+
+    @property
+    def updates(self) -> tuple[GibbsUpdate | Move, ...]:
+        return self._updates
+
+    def plan(self, *model_args, **model_kwargs) -> GibbsPlan:
+        """The plan this kernel would use on these model arguments (no state is changed)."""
+        return make_plan(self._model, self._updates, model_args, model_kwargs)
+
+    @property
+    def last_plan(self) -> GibbsPlan | None:
+        """The plan made by the last ``init``."""
+        return self._plan
+
+    # -- MCMCKernel ----------------------------------------------------------------------
+    def init(self, rng_key, num_warmup, init_params, model_args, model_kwargs):
+        model_kwargs = {} if model_kwargs is None else dict(model_kwargs)
+        if not is_prng_key(rng_key):
+            # chain_method="vectorized": a batch of keys
+            plan = make_plan(self._model, self._updates, model_args, model_kwargs)
+            if plan.fallback:
+                raise ValueError(
+                    f"chain_method='vectorized' is not available when sites {list(plan.fallback)} "
+                    "are sampled by NUTS/DiscreteGibbs; use 'parallel' or 'sequential'."
+                )
+            self._vectorized = True
+            init_one = lambda k, p: self._init_one(k, num_warmup, p, model_args, model_kwargs)
+            if init_params is None:
+                return jax.vmap(lambda k: init_one(k, None))(rng_key)
+            return jax.vmap(init_one)(rng_key, init_params)
+        self._vectorized = False
+        return self._init_one(rng_key, num_warmup, init_params, model_args, model_kwargs)
+
+    def _init_one(self, rng_key, num_warmup, init_params, model_args, model_kwargs):
+        key_plan, key_init, rng_key = jax.random.split(rng_key, 3)
+        plan = make_plan(self._model, self._updates, model_args, model_kwargs, key_plan)
+        self._plan = plan
+        if plan.fallback and plan.fallback not in self._warned:
+            self._warned.add(plan.fallback)
+            lost = ", ".join(
+                [f"{s} (NUTS)" for s in plan.fallback_continuous]
+                + [f"{s} (DiscreteGibbs)" for s in plan.fallback_discrete]
+            )
+            warnings.warn(
+                f"No hand-derived update applies to {lost}: their prior family differs from the "
+                "one the update was derived for. They are sampled generically through "
+                "numpyro.infer.Gibbs; inference stays correct, only slower.",
+                ConjugacyFallbackWarning,
+                stacklevel=3,
+            )
+        if plan.fallback:
+            blocks = [
+                (_UpdateBlock(self._model, u), list(u.sites))
+                for u in plan.updates
+                if isinstance(u, GibbsUpdate)
+            ]
+            if plan.fallback_continuous:
+                blocks.append(
+                    (NUTS(self._model, **self._nuts_kwargs), list(plan.fallback_continuous))
+                )
+            if plan.fallback_discrete:
+                blocks.append((DiscreteGibbs(self._model), list(plan.fallback_discrete)))
+            self._composite = Gibbs(blocks)
+            self._sample_fn = self._composite.sample
+            return self._composite.init(
+                rng_key, num_warmup, init_params, model_args, model_kwargs
+            )
+        self._composite = None
+        tr = prototype_trace(self._model, key_init, model_args, model_kwargs)
+        z = {n: tr[n]["value"] for n in latent_sample_sites(tr)}
+        if init_params:
+            unknown = set(init_params) - set(z)
+            if unknown:
+                raise ValueError(f"init_params names sites {sorted(unknown)} the model lacks.")
+            z.update({k: jnp.asarray(v, dtype=jnp.result_type(z[k])) for k, v in init_params.items()})
+        self._sample_fn = self._sweep
+        return SweepState(z, rng_key)
+
+    def _sweep(self, state, model_args, model_kwargs):
+        model_kwargs = {} if model_kwargs is None else model_kwargs
+        return sweep(self._model, self._plan.updates, state, model_args, model_kwargs)
+
+    def sample(self, state, model_args, model_kwargs):
+        if self._sample_fn is None:
+            raise RuntimeError("call init before sample")
+        if self._vectorized:
+            return jax.vmap(lambda s: self._sample_fn(s, model_args, model_kwargs))(state)
+        return self._sample_fn(state, model_args, model_kwargs)
+
+    def postprocess_fn(self, model_args, model_kwargs):
+        model_kwargs = {} if model_kwargs is None else model_kwargs
+        if self._composite is not None:
+            return self._composite.postprocess_fn(model_args, model_kwargs)
+        return _deterministic_fn(self._model, model_args, model_kwargs)
+
+    def get_constrain_fn(self, model_args, model_kwargs):
+        if self._composite is not None:
+            return self._composite.get_constrain_fn(model_args, model_kwargs)
+        return lambda z: z
+
+    def get_diagnostics_str(self, state) -> str:
+        if self._composite is not None:
+            return "conjugate + generic blocks"
+        return "conjugate"
+
+    def refresh(self, state, model_args, model_kwargs):
+        if self._composite is not None:
+            return self._composite.refresh(state, model_args, model_kwargs)
+        return state
+
+    def wrap_model(self, wrapper):
+        kernel = copy.copy(self)
+        kernel._model = wrapper(self._model)
+        kernel._composite = None
+        kernel._sample_fn = None
+        kernel._plan = None
+        return kernel
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_sample_fn"] = None
+        return state

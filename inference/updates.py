@@ -1,0 +1,128 @@
+"""Hand-derived updates: the records a Gibbs kernel is built from, and helpers to read priors.
+
+An update is a pure function of ``(key, values, obs, priors)``:
+
+- ``values``: dict of the current constrained values of every latent site;
+- ``obs``: dict of the observed sites' values (the data);
+- ``priors``: dict site -> the NumPyro distribution the model attaches to that site *at the
+  current values* (so hyperparameters are whatever the model file says, including ones that
+  depend on other latent sites).
+
+Two kinds exist:
+
+- :class:`GibbsUpdate` draws a block from its exact full conditional. It exposes the conditional
+  as NumPyro distributions, so one object both samples and is checked against the model's joint
+  density (:func:`latentzoo.inference.checks.check_conditional`).
+- :class:`Move` is any other posterior-preserving step (a Metropolis-Hastings step along a
+  likelihood-invariant group, a parameter-expansion move). It has no closed-form conditional and
+  is validated by the Geweke test alone.
+
+Each update lists the distribution families it is exact for (``requires``). The builder in
+:mod:`latentzoo.inference.gibbs` compares them with the model's sites; a site whose prior family a
+user changes loses its update and is sampled by a generic kernel instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpyro.distributions as dist
+
+import latentzoo  # noqa: F401  (float64)
+
+__all__ = [
+    "GibbsUpdate",
+    "Move",
+    "unwrap",
+    "family_of",
+    "prior_params",
+    "elementwise_log_prob",
+]
+
+SiteValues = dict[str, jax.Array]
+ConditionalFn = Callable[[SiteValues, SiteValues, Mapping[str, dist.Distribution]], dict]
+SampleFn = Callable[[jax.Array, SiteValues, SiteValues, Mapping[str, dist.Distribution]], dict]
+
+
+class GibbsUpdate(NamedTuple):
+    """An exact draw of a block of sites from its full conditional.
+
+    Attributes:
+        name: readable name used in warnings and diagnostics, e.g. ``"psi | W, z, mu"``.
+        sites: the latent sites the update writes (and owns: no other update may write them).
+        requires: site -> tuple of distribution classes the derivation is exact for. List the
+            written sites' priors *and* the likelihood sites it relies on.
+        conditional: ``(values, obs, priors) -> {site: Distribution}``, the conditional of each
+            site when the block's sites are conditionally independent; it is what is sampled and
+            what :func:`~latentzoo.inference.checks.check_conditional` compares with the joint.
+        draw: ``(key, values, obs, priors) -> {site: value}`` for blocks whose exact draw is
+            sequential (e.g. a label from its z-marginalised conditional, then z given the
+            label); used instead of ``conditional`` when given.
+    """
+
+    name: str
+    sites: tuple[str, ...]
+    requires: Mapping[str, tuple[type, ...]]
+    conditional: ConditionalFn | None = None
+    draw: SampleFn | None = None
+
+    def sample(self, key, values, obs, priors) -> SiteValues:
+        if self.draw is not None:
+            return self.draw(key, values, obs, priors)
+        cond = self.conditional(values, obs, priors)
+        keys = jax.random.split(key, len(self.sites))
+        return {s: cond[s].sample(k) for s, k in zip(self.sites, keys)}
+
+
+class Move(NamedTuple):
+    """A posterior-preserving move that is not a conditional draw (MH, parameter expansion).
+
+    Attributes:
+        name: readable name.
+        sites: the latent sites the move may change.
+        requires: as for :class:`GibbsUpdate`.
+        step: ``(key, values, obs, priors) -> {site: new value}`` for ``sites``.
+    """
+
+    name: str
+    sites: tuple[str, ...]
+    requires: Mapping[str, tuple[type, ...]]
+    step: SampleFn
+
+    def sample(self, key, values, obs, priors) -> SiteValues:
+        return self.step(key, values, obs, priors)
+
+
+def unwrap(d: dist.Distribution) -> dist.Distribution:
+    """Strip ``Independent`` / ``ExpandedDistribution`` / ``MaskedDistribution`` wrappers."""
+    while isinstance(
+        d, (dist.Independent, dist.ExpandedDistribution, dist.MaskedDistribution)
+    ):
+        d = d.base_dist
+    return d
+
+
+def family_of(d: dist.Distribution) -> type:
+    """The class of the innermost distribution (``Normal`` for ``Normal(0, 1).expand([3])``)."""
+    return type(unwrap(d))
+
+
+def prior_params(d: dist.Distribution, shape, *names: str) -> tuple[jax.Array, ...]:
+    """The parameters ``names`` of the innermost distribution, broadcast to ``shape``.
+
+    Example: ``loc, scale = prior_params(priors["W"], (D, K), "loc", "scale")``.
+    """
+    base = unwrap(d)
+    return tuple(jnp.broadcast_to(getattr(base, n), shape) for n in names)
+
+
+def elementwise_log_prob(d: dist.Distribution, value: jax.Array) -> jax.Array:
+    """Log density of each entry of ``value`` under a scalar-event prior (wrappers stripped).
+
+    Used by moves that need per-element prior terms; only valid for priors whose innermost
+    distribution has an empty event shape (all of the zoo's elementwise priors).
+    """
+    return unwrap(d).log_prob(value)

@@ -1,0 +1,79 @@
+r"""Bayesian factor analysis (the base model of the zoo; thesis ch. 2, eqs. 2.1-2.3).
+
+.. math::
+
+    z_n \sim \mathcal N(0, I_K), \qquad
+    x_n \mid z_n \sim \mathcal N(W z_n + \mu,\ \mathrm{diag}(1/\psi)), \qquad n = 1..N
+
+with loadings :math:`W \in \mathbb R^{D\times K}`, mean :math:`\mu \in \mathbb R^D` and noise
+*precisions* :math:`\psi \in \mathbb R_+^D`. Marginally :math:`x_n \sim \mathcal N(\mu, W W^\top +
+\mathrm{diag}(1/\psi))`; ``cov`` is recorded as a deterministic site because, unlike ``W``
+(identified only up to rotation), it is identifiable and is what diagnostics should look at.
+
+Priors live in :func:`default_priors` right below: edit them there, or pass ``priors={...}`` to
+override some for one call. Every prior is an elementwise (scalar) distribution, expanded over
+the plates. Editing a hyperparameter keeps the conjugate Gibbs updates (they read the values from
+the model); changing a family (``Normal`` -> ``Laplace`` for ``W``) makes the Gibbs builder sample
+that site with NUTS instead and say so.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpyro
+import numpyro.distributions as dist
+
+import latentzoo  # noqa: F401  (float64)
+
+
+# ------------------------------------------------------------------------------- priors
+def default_priors() -> dict[str, dist.Distribution]:
+    """The model's priors, elementwise. Edit here."""
+    return {
+        "W": dist.Normal(0.0, 1.0),  # loadings W_dk, iid
+        "z": dist.Normal(0.0, 1.0),  # factors z_nk (the model fixes N(0, I); edit with care)
+        "mu": dist.Normal(0.0, 10.0),  # mean mu_d
+        "psi": dist.Gamma(2.0, 1.0),  # noise precisions psi_d (shape, rate)
+    }
+
+
+# -------------------------------------------------------------------------------- model
+def _sizes(X, N, D):
+    if X is not None:
+        return X.shape[0], X.shape[1]
+    if N is None or D is None:
+        raise ValueError("factor_analysis needs either data X or both sizes N and D.")
+    return N, D
+
+
+def factor_analysis(X=None, *, K: int, N: int | None = None, D: int | None = None, priors=None):
+    """Bayesian FA as a NumPyro program.
+
+    Args:
+        X: data, shape (N, D), or None to draw from the prior predictive.
+        K: number of factors.
+        N, D: sizes, needed only when ``X`` is None.
+        priors: optional dict overriding entries of :func:`default_priors`.
+
+    Sites: ``mu`` (D,), ``psi`` (D,), ``W`` (D, K), ``z`` (N, K), observed ``X`` (N, D) with one
+    log-likelihood term per row, deterministic ``cov`` (D, D) = W Wᵀ + diag(1/psi).
+    """
+    N, D = _sizes(X, N, D)
+    p = {**default_priors(), **(priors or {})}
+    with numpyro.plate("D", D):
+        mu = numpyro.sample("mu", p["mu"])
+        psi = numpyro.sample("psi", p["psi"])
+        W = numpyro.sample("W", p["W"].expand([K]).to_event(1))
+    numpyro.deterministic("cov", W @ W.T + jnp.diag(1.0 / psi))
+    with numpyro.plate("N", N):
+        z = numpyro.sample("z", p["z"].expand([K]).to_event(1))
+        numpyro.sample(
+            "X", dist.Normal(z @ W.T + mu, 1.0 / jnp.sqrt(psi)).to_event(1), obs=X
+        )
+
+
+def marginal_log_likelihood(X, W, mu, psi):
+    """log p(X | W, mu, psi) with z integrated out, via the Woodbury identity. Shape: batch of
+    parameter draws broadcast; X (N, D), W (..., D, K), mu (..., D), psi (..., D) -> (...)."""
+    d = dist.LowRankMultivariateNormal(mu[..., None, :], W[..., None, :, :], 1.0 / psi[..., None, :])
+    return d.log_prob(X).sum(-1)
