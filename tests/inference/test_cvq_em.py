@@ -1,0 +1,121 @@
+"""CVQ variational EM and exact EM: the bound, its monotone ascent, and source recovery."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.optimize import linear_sum_assignment
+
+from latentzoo.inference.cavi import CAVI
+from latentzoo.inference.cvq_em import (
+    cvq_bound,
+    cvq_e_step,
+    cvq_exact_em,
+    cvq_exact_loglik,
+    cvq_guide,
+    cvq_vem,
+    fit_cvq,
+)
+from latentzoo.inference.cvq_noca_enumerate import all_states
+from latentzoo.models.cvq import complete_log_likelihood, cvq, default_cvq_data
+
+
+def _random_problem(seed, N=40, D=6, K=3):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(N, D)) * rng.uniform(0.2, 3.0)
+    params = {
+        "W": rng.normal(size=(D, K)) * rng.uniform(0.1, 3.0),
+        "pi": rng.uniform(0.02, 0.98, K),
+        "sigma": rng.uniform(0.2, 2.0),
+        "lam": rng.uniform(size=(N, K)),
+    }
+    return jnp.asarray(X), {k: jnp.asarray(v) for k, v in params.items()}
+
+
+def test_bound_matches_brute_force_functional():
+    # F = sum_s Q(s) [log p(x, s) - log Q(s)] summed over all 2^K states, row by row.
+    X, p = _random_problem(0, N=7)
+    S = all_states(3)
+    lj = jax.vmap(
+        lambda x: jax.vmap(lambda s: complete_log_likelihood(x[None], s[None], p["W"], p["pi"], p["sigma"]))(S)
+    )(X)  # (N, S)
+    logq = S @ jnp.log(p["lam"]).T + (1 - S) @ jnp.log1p(-p["lam"]).T  # (S, N)
+    brute = (jnp.exp(logq.T) * (lj - logq.T)).sum()
+    assert abs(float(cvq_bound(p, X)) - float(brute)) < 1e-8 * abs(float(brute))
+    exact = jax.scipy.special.logsumexp(lj, axis=1).sum()
+    assert abs(float(cvq_exact_loglik(X, p["W"], p["pi"], p["sigma"])) - float(exact)) < 1e-9 * abs(float(exact))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_bound_never_exceeds_exact_loglik(seed):
+    X, p = _random_problem(seed)
+    exact = float(cvq_exact_loglik(X, p["W"], p["pi"], p["sigma"]))
+    assert float(cvq_bound(p, X)) <= exact + 1e-9 * abs(exact)
+    # also at the E-step optimum, where the bound is tightest for these parameters
+    lam = cvq_e_step(p["lam"], X, p["W"], p["pi"], p["sigma"], num_sweeps=50)
+    assert float(cvq_bound({**p, "lam": lam}, X)) <= exact + 1e-9 * abs(exact)
+
+
+def test_e_step_is_coordinatewise_maximiser():
+    # each lambda_u update is the argmax of F in lambda_u: the gradient there is zero, and a
+    # perturbation of one column can only lower F (a wrong fixed point fails this).
+    X, p = _random_problem(3)
+    lam = cvq_e_step(p["lam"], X, p["W"], p["pi"], p["sigma"], num_sweeps=200)
+    g = jax.grad(lambda l: cvq_bound({**p, "lam": l}, X))(lam)
+    assert float(jnp.abs(g).max()) < 1e-6
+
+
+@pytest.mark.parametrize("method", ["vem", "em"])
+def test_objective_never_decreases(method):
+    # overlapping, noisy data from random parameters: many sweeps of real movement.
+    X, p = _random_problem(5, N=60, D=8, K=4)
+    algo = cvq_vem(e_sweeps=1) if method == "vem" else cvq_exact_em()
+    cavi = CAVI(cvq, cvq_guide, algo, on_decrease="ignore")
+    res = cavi.run(jax.random.PRNGKey(1), 150, X, K=4, progress_bar=False, rtol=0.0)
+    objective = -np.asarray(res.losses)
+    steps = np.diff(objective)
+    assert steps.min() >= -1e-9 * np.abs(objective).max(), steps.min()
+    assert objective[-1] - objective[0] > 1.0  # it did move
+
+
+def _matched_correlation(W_true, W):
+    K = W_true.shape[1]
+    C = np.corrcoef(W_true.T, W.T)[:K, K:]
+    r, c = linear_sum_assignment(-C)
+    return C[r, c]
+
+
+@pytest.mark.parametrize("method,restarts", [("vem", 5), ("em", 1)])
+def test_recovers_bar_sources(method, restarts):
+    X, W_true, _ = default_cvq_data(0)
+    res = fit_cvq(X, 8, method=method, num_steps=300, seed=0, restarts=restarts)
+    corr = _matched_correlation(W_true, np.asarray(res.params["W"]))
+    assert corr.min() >= 0.95, corr
+
+
+def test_variational_bound_close_to_exact_at_fit():
+    X, _, _ = default_cvq_data(0)
+    res = fit_cvq(X, 8, method="vem", num_steps=300, seed=0, restarts=5)
+    p = res.params
+    exact = float(cvq_exact_loglik(jnp.asarray(X), p["W"], p["pi"], p["sigma"]))
+    bound = float(cvq_bound(p, jnp.asarray(X)))
+    assert bound <= exact
+    assert (exact - bound) / X.shape[0] < 0.05  # nats per row; separated bars: nearly exact
+
+
+@pytest.mark.parametrize(
+    "X,K,match",
+    [
+        (np.full((5, 4), np.nan), 2, "NaN"),
+        (np.ones((5, 4)), 4, "K"),
+        (np.ones(5), 2, "2-D"),
+    ],
+)
+def test_bad_input(X, K, match):
+    with pytest.raises(ValueError, match=match):
+        fit_cvq(X, K)
+
+
+def test_unknown_method():
+    with pytest.raises(ValueError, match="method"):
+        fit_cvq(np.random.default_rng(0).normal(size=(10, 5)), 2, method="nope")
