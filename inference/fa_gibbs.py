@@ -145,7 +145,7 @@ def _psi_conditional(values, obs, priors):
     return {"psi": dist.Gamma(a0 + 0.5 * N, b0 + 0.5 * (r * r).sum(0))}
 
 
-def _scale_step(key, values, obs, priors):
+def _scale_step(key, values, obs, priors, jacobian_power=None):
     W, z = values["W"], values["z"]
     D, K = W.shape
     N = z.shape[0]
@@ -153,7 +153,8 @@ def _scale_step(key, values, obs, priors):
     sz = jnp.broadcast_to(getattr(unwrap(priors["z"]), "scale", 1.0), (N, K))
     a = (W**2 / sW**2).sum(0)  # (K,)
     b = (z**2 / sz**2).sum(0)
-    p = D - N
+    # |d(W c, z / c)/d(W, z)| = c^(D - N) per column; times Haar dc/c = dt.
+    p = D - N if jacobian_power is None else jacobian_power
     # mode and curvature of p t - a e^{2t}/2 - b e^{-2t}/2 (exact target for N(0, s) priors);
     # both are equivariant under the move, which keeps the MH step valid for any prior.
     u = (p + jnp.sqrt(p**2 + 4.0 * a * b)) / (2.0 * a)
