@@ -55,14 +55,14 @@ def _masked(step, state, xm, **kw):
 
 @functools.partial(
     jax.jit,
-    static_argnames=("warmup", "batch_size", "kappa", "averaging_start", "psi_floor", "averaging_power"),
+    static_argnames=("warmup", "sa_start", "kappa", "averaging_start", "psi_floor", "averaging_power"),
     donate_argnums=(0,),
 )
-def _em_scan(state, Xb, maskb, warmup, batch_size, kappa, averaging_start, psi_floor, averaging_power):
+def _em_scan(state, Xb, maskb, warmup, sa_start, kappa, averaging_start, psi_floor, averaging_power):
     step = functools.partial(
         kern.em_batch_step,
         warmup=warmup,
-        batch_size=batch_size,
+        sa_start=sa_start,
         kappa=kappa,
         averaging_start=averaging_start,
         psi_floor=psi_floor,
@@ -108,10 +108,14 @@ class OnlineFactorAnalysis:
         SGA step size (alpha in Algorithm 1). Unused by EM.
     batch_size : int
         Rows per update of the default variant (the E-step of a batch is one matrix product).
+    sa_start : int or "auto"
+        Rows after warm-up over which the default EM's statistics are plain running averages;
+        afterwards the averaging window grows like ``sa_start (t / sa_start)^kappa``.
+        "auto" = max(batch_size, D // 3).
     kappa : float
-        Step-size exponent of the default EM, ``gamma_k = k^-kappa`` per batch, in (0.5, 1]
-        for the Robbins-Monro conditions (0.5 sits on the boundary and works best here; the
-        averaged statistics take care of the noise). ``kappa=1`` recovers 1/t averaging.
+        Step-size exponent of the default EM (per-row step ~ t^-kappa after ``sa_start``),
+        in (0.5, 1] for the Robbins-Monro conditions (0.5 sits on the boundary and works best
+        here; the averaged statistics remove the noise). ``kappa=1`` recovers 1/t averaging.
     averaging_start : int
         Observation count after which the default EM also averages its batch statistics
         uniformly; the fitted parameters come from one M-step on these averages.
@@ -140,6 +144,7 @@ class OnlineFactorAnalysis:
         warmup=100,
         learning_rate=1e-3,
         batch_size=32,
+        sa_start="auto",
         kappa=0.5,
         averaging_start=300,
         averaging_power=0.0,
@@ -154,6 +159,7 @@ class OnlineFactorAnalysis:
         self.learning_rate = learning_rate
         self.batch_size = batch_size
         self.kappa = kappa
+        self.sa_start = sa_start
         self.averaging_start = averaging_start
         self.averaging_power = averaging_power
         self.psi_floor = psi_floor
@@ -161,6 +167,14 @@ class OnlineFactorAnalysis:
         self.dtype = dtype
 
     # ------------------------------------------------------------------ validation
+    def _sa_start(self, n_features):
+        """Rows of plain averaging after warm-up before the SA window starts to shrink
+        relative to t. "auto" = max(batch_size, D // 3): the E-step sums D noisy loading rows,
+        so the window must grow with D (measured at T=1e4: D=100 wants ~32, D=1000 ~300)."""
+        if self.sa_start == "auto":
+            return int(max(self.batch_size, n_features // 3))
+        return int(self.sa_start)
+
     def _check_params(self, n_features):
         if not isinstance(self.n_components, numbers.Integral) or self.n_components < 1:
             raise ValueError(f"n_components must be a positive integer, got {self.n_components!r}.")
@@ -264,8 +278,11 @@ class OnlineFactorAnalysis:
         b = int(self.batch_size)
         nb = -(-n // b)
         L = _bucket(nb)
-        Xp = np.zeros((L * b, X.shape[1]), X.dtype)
-        Xp[:n] = X
+        if L * b == n:
+            Xp = X  # no padding needed: reshape a view instead of copying the chunk
+        else:
+            Xp = np.zeros((L * b, X.shape[1]), X.dtype)
+            Xp[:n] = X
         mask = np.zeros(L * b, X.dtype)
         mask[:n] = 1
         Xb = Xp.reshape(L, b, X.shape[1])
@@ -276,7 +293,7 @@ class OnlineFactorAnalysis:
                 Xb,
                 maskb,
                 warmup=int(self.warmup),
-                batch_size=b,
+                sa_start=self._sa_start(X.shape[1]),
                 kappa=float(self.kappa),
                 averaging_start=int(self.averaging_start),
                 psi_floor=float(self.psi_floor),

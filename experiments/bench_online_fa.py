@@ -1,0 +1,204 @@
+"""Benchmark: online factor analysis throughput and memory at D = 10^6, accuracy and speed vs
+scikit-learn at T = 10^4.
+
+    python experiments/bench_online_fa.py [--quick] [--json OUT]
+
+Throughput: ``OnlineFactorAnalysis`` (default EM, float32, batches of 32 rows, K = 20) in
+observations/s, against the thesis' Algorithm 2 one observation at a time in numpy, in the
+same run. Peak memory: the rise of the process' peak resident set size (VmHWM, reset before
+the fit) over the resident size with the data already in memory, measured in a fresh
+subprocess, so it includes JAX's compilation. Accuracy: relative Frobenius covariance error
+of the default EM divided by scikit-learn's ``FactorAnalysis(svd_method="randomized")`` on
+Algorithm 3 data (mean over seeds), and the wall-time ratio (compiled steady state; the
+first-call time including compilation is reported too).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _online_fa_common import (  # noqa: E402
+    atomic_write_text,
+    fa_covariance,
+    generate_fa_model,
+    relative_covariance_distance,
+    sample_fa,
+)
+
+SPECTRA = [(1, 10), (1, 100), (1, 1000), (1, 10000)]
+
+
+def _rss_kb(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return -1
+
+
+def _low_rank_rows(n, D, K, seed, dtype=np.float32):
+    rng = np.random.default_rng(seed)
+    F = (rng.standard_normal((D, K)) / np.sqrt(K)).astype(dtype)
+    X = np.empty((n, D), dtype)
+    for i in range(n):  # row by row keeps generation temporaries at O(D)
+        X[i] = F @ rng.standard_normal(K).astype(dtype) + rng.standard_normal(D).astype(dtype)
+    return X
+
+
+def throughput_child(D, K, n_rows, batch):
+    """Runs in a fresh interpreter: prints JSON with obs/s and peak memory above the data."""
+    X = _low_rank_rows(n_rows, D, K, seed=0)
+    import latentzoo  # noqa: F401
+    from latentzoo.inference.online_fa import OnlineFactorAnalysis
+
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # reset VmHWM so the peak below is the fit's own
+    except OSError:
+        pass
+    base = _rss_kb("VmRSS")
+    m = OnlineFactorAnalysis(K, batch_size=batch, warmup=batch, averaging_start=2 * batch, random_state=0)
+    t0 = time.perf_counter()
+    m.partial_fit(X[:batch])  # includes compilation and the state's allocation
+    jax_first = time.perf_counter() - t0
+    m._state.F.block_until_ready()
+    t0 = time.perf_counter()
+    for lo in range(batch, n_rows, batch):
+        m.partial_fit(X[lo : lo + batch])
+    m._state.F.block_until_ready()
+    dt = time.perf_counter() - t0
+    peak = _rss_kb("VmHWM")
+    F = m.components_
+    ok = bool(np.all(np.isfinite(F)))
+    print(json.dumps({
+        "obs_per_s": (n_rows - batch) / dt,
+        "first_call_s": jax_first,
+        "peak_mem_bytes": (peak - base) * 1024,
+        "finite": ok,
+    }))
+
+
+def thesis_numpy_throughput(D, K, n_rows, seed=0):
+    """Algorithm 2, one observation at a time, numpy float32 (after warm-up: full updates)."""
+    X = _low_rank_rows(n_rows, D, K, seed=seed)
+    rng = np.random.default_rng(seed)
+    F = np.linalg.qr(rng.standard_normal((D, K)).astype(np.float32))[0]
+    psi = np.ones(D, np.float32)
+    mean = np.zeros(D, np.float32)
+    A = np.zeros((D, K), np.float32)
+    B = np.zeros((K, K), np.float32)
+    d2 = np.zeros(D, np.float32)
+    t0 = time.perf_counter()
+    for t in range(1, n_rows + 1):
+        x = X[t - 1]
+        mean += (x - mean) / t
+        d = x - mean
+        C = (F / psi[:, None]).T
+        S = np.linalg.inv(np.eye(K, dtype=np.float32) + C @ F)
+        mvec = S @ (C @ d)
+        B += (np.outer(mvec, mvec) - B) / t
+        H = S + B
+        A += (np.outer(d, mvec) - A) / t
+        d2 += (d * d - d2) / t
+        F = A @ np.linalg.inv(H)
+        psi = d2 + np.sum((F @ H) * F - 2 * F * A, axis=1)
+    return n_rows / (time.perf_counter() - t0)
+
+
+def accuracy(D, T, seeds, K=10):
+    import latentzoo  # noqa: F401
+    from sklearn.decomposition import FactorAnalysis
+
+    from latentzoo.inference.online_fa import OnlineFactorAnalysis
+
+    out = {}
+    for spec in SPECTRA:
+        e_ours, e_sk, t_ours, t_sk, t_first = [], [], [], [], []
+        for seed in seeds:
+            rng = np.random.default_rng(seed)
+            c, F, psi = generate_fa_model(D, K, spec, rng)
+            X = sample_fa(c, F, psi, T, rng)
+            C = fa_covariance(F, psi)
+            t0 = time.perf_counter()
+            sk = FactorAnalysis(K, svd_method="randomized", random_state=seed).fit(X)
+            t_sk.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            m = OnlineFactorAnalysis(K, random_state=seed).fit(X)
+            _ = m.components_
+            t_first.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            m = OnlineFactorAnalysis(K, random_state=seed).fit(X)  # compiled: steady state
+            _ = m.components_
+            t_ours.append(time.perf_counter() - t0)
+            e_ours.append(relative_covariance_distance(m.get_covariance(), C))
+            e_sk.append(relative_covariance_distance(sk.get_covariance(), C))
+        key = f"D{D}_spec1-{spec[1]}"
+        out[key] = {
+            "err_ours": float(np.mean(e_ours)),
+            "err_sklearn": float(np.mean(e_sk)),
+            "err_ratio_vs_sklearn": float(np.mean(e_ours) / np.mean(e_sk)),
+            "time_ours_s": float(np.mean(t_ours)),
+            "time_ours_first_call_s": float(np.mean(t_first)),
+            "time_sklearn_s": float(np.mean(t_sk)),
+            "time_ratio_vs_sklearn": float(np.mean(t_ours) / np.mean(t_sk)),
+        }
+        print(f"  {key}: err ratio {out[key]['err_ratio_vs_sklearn']:.3f}  time ratio "
+              f"{out[key]['time_ratio_vs_sklearn']:.3f}", flush=True)
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="D=10^5, fewer rows and seeds (CI)")
+    ap.add_argument("--json", default=None, help="write the results to this JSON file")
+    ap.add_argument("--child", nargs=4, type=int, help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.child:
+        throughput_child(*a.child)
+        return None
+    D = 10**5 if a.quick else 10**6
+    K, batch = 20, 32
+    n_rows = 8 * batch if a.quick else 16 * batch
+    t_start = time.perf_counter()
+    print(f"throughput: D={D}, K={K}, batches of {batch} rows, float32", flush=True)
+    child = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "--child", str(D), str(K), str(n_rows), str(batch)],
+        capture_output=True, text=True, check=True,
+    )
+    res = json.loads(child.stdout.strip().splitlines()[-1])
+    res["thesis_obs_per_s"] = thesis_numpy_throughput(D, K, 10 if a.quick else 5)
+    res["D"], res["K"], res["batch_size"] = D, K, batch
+    res["mem_target_bytes"] = 4 * D * K * 4
+    res["speedup_vs_thesis"] = res["obs_per_s"] / res["thesis_obs_per_s"]
+    seeds = [0, 1] if a.quick else [0, 1, 2, 3, 4]
+    T = 2000 if a.quick else 10**4
+    print(f"accuracy at T={T}, seeds={seeds}", flush=True)
+    res["settings"] = {}
+    for Dacc in (100, 1000):
+        res["settings"].update(accuracy(Dacc, T, seeds))
+    res["runtime_s"] = time.perf_counter() - t_start
+
+    print()
+    print(f"{'metric':28s} {'value':>14s} {'target':>14s}")
+    print(f"{'obs_per_s':28s} {res['obs_per_s']:14.1f} {'>= 200':>14s}")
+    print(f"{'thesis_obs_per_s (numpy)':28s} {res['thesis_obs_per_s']:14.2f} {'':>14s}")
+    print(f"{'peak_mem_bytes':28s} {res['peak_mem_bytes']:14.3e} {res['mem_target_bytes']:14.3e}")
+    print(f"{'setting':28s} {'err ratio':>14s} {'time ratio':>14s}")
+    for k, v in res["settings"].items():
+        print(f"{k:28s} {v['err_ratio_vs_sklearn']:14.3f} {v['time_ratio_vs_sklearn']:14.3f}")
+    print(f"(targets: err ratio <= 1.05, time ratio <= 0.2; runtime {res['runtime_s']:.0f} s)")
+    if a.json:
+        atomic_write_text(a.json, json.dumps(res, indent=2) + "\n")
+    return res
+
+
+if __name__ == "__main__":
+    main()
