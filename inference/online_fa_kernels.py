@@ -339,8 +339,8 @@ def em_batch_step(
     sA = Dr.T @ (M / safe_nb)  # (D,K)
 
     # The warm-up moves only the mean: statistics gathered with the random initial F would
-    # have to be forgotten again (measured: 1.2-3.6x scikit-learn's error at D=100 when the
-    # statistics also move during warm-up, 0.8-0.93x when they do not).
+    # have to be forgotten again (at D=100 we saw 1.2-3.6x scikit-learn's error with the
+    # statistics moving during warm-up, 0.8-0.93x without).
     learn = (n > warmup) & (nb > 0)
     A_prev = state.F @ state.H  # = A after every M-step; unused at the first one (gamma = 1)
     n_em = state.n_em + jnp.where(learn, nb, 0.0)
