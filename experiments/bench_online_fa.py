@@ -159,6 +159,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="D=10^5, fewer rows and seeds (CI)")
     ap.add_argument("--json", default=None, help="write the results to this JSON file")
+    ap.add_argument("--seeds", type=int, default=None, help="seeds for the accuracy part (default 5; quick 2)")
     ap.add_argument("--child", nargs=4, type=int, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child:
@@ -178,7 +179,8 @@ def main(argv=None):
     res["D"], res["K"], res["batch_size"] = D, K, batch
     res["mem_target_bytes"] = 4 * D * K * 4
     res["speedup_vs_thesis"] = res["obs_per_s"] / res["thesis_obs_per_s"]
-    seeds = [0, 1] if a.quick else [0, 1, 2, 3, 4]
+    print(json.dumps(res), flush=True)
+    seeds = list(range(a.seeds)) if a.seeds else ([0, 1] if a.quick else [0, 1, 2, 3, 4])
     T = 2000 if a.quick else 10**4
     print(f"accuracy at T={T}, seeds={seeds}", flush=True)
     res["settings"] = {}
