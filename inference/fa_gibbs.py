@@ -14,7 +14,16 @@ density by collecting the terms that involve the block (derivations in ``docs/mo
   :math:`b_d = m_\mu/s_\mu^2 + \psi_d \sum_n (x_{nd} - w_d^\top z_n)`.
 - ``psi_d | z, W, mu``: :math:`\mathrm{Gamma}(a + N/2,\ b + \tfrac12 \sum_n r_{nd}^2)`.
 
-and one move that is not a conditional draw:
+and two moves that are not conditional draws of a site. Plain Gibbs between ``z`` and ``(W, mu)``
+crawls along directions that leave :math:`z W^\top + \mu` (so the likelihood) unchanged; each move
+draws the group element along one such direction from its exact conditional (Liu & Wu 1999,
+Liu & Sabatti 2000 "generalised Gibbs"; the parameter-expansion idea of Ghosh & Dunson 2009 without
+changing the prior):
+
+- **shift interweaving** along :math:`z_n \to z_n + c,\ \mu \to \mu - W c` (Jacobian 1, Haar
+  measure :math:`dc`): with Normal priors :math:`c` is Gaussian with precision
+  :math:`\sum_n \mathrm{diag}(1/s_{z,n}^2) + W^\top \mathrm{diag}(1/s_\mu^2) W` and linear term
+  :math:`\sum_n (m_z - z_n)/s_z^2 + W^\top (\mu - m_\mu)/s_\mu^2`; drawn exactly.
 
 - **scale interweaving** (parameter expansion along the group :math:`W_{\cdot k} \to c_k
   W_{\cdot k},\ z_{\cdot k} \to z_{\cdot k}/c_k`, which leaves :math:`z W^\top` and so the
@@ -45,6 +54,7 @@ __all__ = [
     "mu_update",
     "psi_update",
     "scale_move",
+    "shift_move",
     "mvn_from_precision",
     "gaussian_draw",
 ]
@@ -176,6 +186,18 @@ def _scale_step(key, values, obs, priors, jacobian_power=None):
     return {"W": W * jnp.exp(t), "z": z * jnp.exp(-t)}
 
 
+def _shift_step(key, values, obs, priors):
+    z, mu, W = values["z"], values["mu"], values["W"]
+    N, K = z.shape
+    mz, sz = prior_params(priors["z"], (N, K), "loc", "scale")
+    mm, sm = prior_params(priors["mu"], mu.shape, "loc", "scale")
+    # log target in c: sum_n log N(z_n + c; mz, sz^2) + sum_d log N(mu_d - w_d.c; mm, sm^2)
+    P = jnp.diag((1.0 / sz**2).sum(0)) + (W.T / sm**2) @ W
+    b = ((mz - z) / sz**2).sum(0) + W.T @ ((mu - mm) / sm**2)
+    c = gaussian_draw(key, P, b)
+    return {"z": z + c, "mu": mu - W @ c}
+
+
 def z_update() -> GibbsUpdate:
     return _gaussian_update("z | W, mu, psi", "z", {"z": NORMAL, "X": NORMAL}, _z_natural)
 
@@ -196,9 +218,19 @@ def scale_move() -> Move:
     return Move("scale interweaving (W_k c, z_k / c)", ("W", "z"), {"X": NORMAL}, _scale_step)
 
 
+def shift_move() -> Move:
+    return Move(
+        "shift interweaving (z_n + c, mu - W c)",
+        ("z", "mu"),
+        {"z": NORMAL, "mu": NORMAL, "X": NORMAL},
+        _shift_step,
+    )
+
+
 def fa_updates(*, interweave: bool = True) -> list[GibbsUpdate | Move]:
-    """The FA update table in sweep order: z, W, mu, psi, then the scale move (if asked)."""
+    """The FA update table in sweep order: z, W, mu, psi, then (if ``interweave``) the scale
+    and shift moves along the likelihood's invariance groups."""
     table = [z_update(), W_update(), mu_update(), psi_update()]
     if interweave:
-        table.append(scale_move())
+        table += [scale_move(), shift_move()]
     return table

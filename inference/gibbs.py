@@ -39,13 +39,22 @@ from numpyro.infer.gibbs import (
     prototype_trace,
 )
 from numpyro.infer.mcmc import MCMCKernel
+from numpyro.infer.util import log_density
 from numpyro.util import is_prng_key
 
 import latentzoo  # noqa: F401  (float64)
 
 from .updates import GibbsUpdate, Move, unwrap
 
-__all__ = ["ConjugateGibbs", "GibbsPlan", "SweepState", "ConjugacyFallbackWarning"]
+__all__ = [
+    "ConjugateGibbs",
+    "GibbsPlan",
+    "SweepState",
+    "CompositeState",
+    "ConjugacyFallbackWarning",
+    "read_model",
+    "potential_energy",
+]
 
 
 class ConjugacyFallbackWarning(UserWarning):
@@ -53,10 +62,34 @@ class ConjugacyFallbackWarning(UserWarning):
 
 
 class SweepState(NamedTuple):
-    """State of the all-conjugate sampler: constrained values of every latent site, and a key."""
+    """State of the all-conjugate sampler.
+
+    - **z**: constrained values of every latent site.
+    - **rng_key**: key for the next sweep.
+    - **potential_energy**: -log p(latents, data) at ``z`` (ArviZ's ``lp`` with the sign flipped).
+    - **diverging**: always False; present so that sample_stats look alike for every kernel.
+    """
 
     z: dict[str, jax.Array]
     rng_key: jax.Array
+    potential_energy: jax.Array
+    diverging: jax.Array
+
+
+class CompositeState(NamedTuple):
+    """State when some sites fall back to generic kernels.
+
+    - **z**: the composite's values (NUTS-owned sites are unconstrained here; ``postprocess_fn``
+      constrains them).
+    - **inner**: the state of :class:`numpyro.infer.Gibbs`.
+    - **potential_energy**: -log p(latents, data) at the constrained values.
+    - **diverging**: whether the NUTS block's trajectory diverged this sweep.
+    """
+
+    z: dict[str, jax.Array]
+    inner: Any
+    potential_energy: jax.Array
+    diverging: jax.Array
 
 
 class GibbsPlan(NamedTuple):
@@ -147,6 +180,11 @@ def make_plan(model, updates, model_args, model_kwargs, rng_key=None) -> GibbsPl
     return GibbsPlan(tuple(final), continuous, discrete, tuple(dropped), observed)
 
 
+def potential_energy(model, values, model_args, model_kwargs):
+    """-log p(values, data): NumPyro's potential energy at constrained values."""
+    return -log_density(model, model_args, model_kwargs, values)[0]
+
+
 def sweep(model, updates, state: SweepState, model_args, model_kwargs) -> SweepState:
     """One pass over the updates. Pure: jit, vmap and scan it freely."""
     rng_key, *keys = jax.random.split(state.rng_key, len(updates) + 1)
@@ -154,7 +192,8 @@ def sweep(model, updates, state: SweepState, model_args, model_kwargs) -> SweepS
     for u, k in zip(updates, keys):
         priors, obs, _ = read_model(model, values, model_args, model_kwargs)
         values.update(u.sample(k, values, obs, priors))
-    return SweepState(values, rng_key)
+    pe = potential_energy(model, values, model_args, model_kwargs)
+    return SweepState(values, rng_key, pe, jnp.zeros((), bool))
 
 
 def _deterministic_fn(model, model_args, model_kwargs):
@@ -226,6 +265,7 @@ class ConjugateGibbs(MCMCKernel):
     """
 
     sample_field = "z"
+    default_fields = ("z", "potential_energy", "diverging")
 
     def __init__(self, model, updates: Sequence[GibbsUpdate | Move], *, nuts_kwargs=None):
         self._model = model
@@ -304,10 +344,10 @@ class ConjugateGibbs(MCMCKernel):
             if plan.fallback_discrete:
                 blocks.append((DiscreteGibbs(self._model), list(plan.fallback_discrete)))
             self._composite = Gibbs(blocks)
-            self._sample_fn = self._composite.sample
-            return self._composite.init(
-                rng_key, num_warmup, init_params, model_args, model_kwargs
-            )
+            self._nuts_index = len(blocks) - 1 - bool(plan.fallback_discrete)
+            self._sample_fn = self._composite_step
+            inner = self._composite.init(rng_key, num_warmup, init_params, model_args, model_kwargs)
+            return self._wrap(inner, model_args, model_kwargs)
         self._composite = None
         tr = prototype_trace(self._model, key_init, model_args, model_kwargs)
         z = {n: tr[n]["value"] for n in latent_sample_sites(tr)}
@@ -317,7 +357,20 @@ class ConjugateGibbs(MCMCKernel):
                 raise ValueError(f"init_params names sites {sorted(unknown)} the model lacks.")
             z.update({k: jnp.asarray(v, dtype=jnp.result_type(z[k])) for k, v in init_params.items()})
         self._sample_fn = self._sweep
-        return SweepState(z, rng_key)
+        pe = potential_energy(self._model, z, model_args, model_kwargs)
+        return SweepState(z, rng_key, pe, jnp.zeros((), bool))
+
+    def _wrap(self, inner, model_args, model_kwargs) -> CompositeState:
+        values = self._composite.get_constrain_fn(model_args, model_kwargs)(inner.z)
+        pe = potential_energy(self._model, values, model_args, model_kwargs)
+        diverging = jnp.zeros((), bool)
+        if self._plan.fallback_continuous:
+            diverging = inner.block_states[self._nuts_index].diverging
+        return CompositeState(inner.z, inner, pe, diverging)
+
+    def _composite_step(self, state, model_args, model_kwargs):
+        inner = self._composite.sample(state.inner, model_args, model_kwargs)
+        return self._wrap(inner, model_args, model_kwargs)
 
     def _sweep(self, state, model_args, model_kwargs):
         model_kwargs = {} if model_kwargs is None else model_kwargs
@@ -348,7 +401,8 @@ class ConjugateGibbs(MCMCKernel):
 
     def refresh(self, state, model_args, model_kwargs):
         if self._composite is not None:
-            return self._composite.refresh(state, model_args, model_kwargs)
+            inner = self._composite.refresh(state.inner, model_args, model_kwargs)
+            return self._wrap(inner, model_args, model_kwargs)
         return state
 
     def wrap_model(self, wrapper):
