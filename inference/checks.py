@@ -85,7 +85,7 @@ def _labels(test_functions: TestFunctions, values) -> list[str]:
 def check_conditional(
     model, update: GibbsUpdate, model_kwargs, rng_key, *, num_pairs: int = 3, data_site="X"
 ) -> float:
-    """Largest |Δ log q - Δ log p| over ``num_pairs`` random pairs of block values.
+    """Largest ``|Δlog q - Δlog p|`` over ``num_pairs`` random pairs of block values.
 
     For each pair, the data and the non-block sites are a prior-predictive draw; value ``a`` of
     the block is the prior draw, ``b`` a draw from the update's conditional. Returns the largest

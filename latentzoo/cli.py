@@ -13,8 +13,8 @@ import time
 
 __all__ = ["main"]
 
-QUICK = dict(chains=4, samples=300, warmup=200)
-FULL = dict(chains=4, samples=1000, warmup=500)
+QUICK = dict(chains=4, samples=1000, warmup=300)
+FULL = dict(chains=4, samples=4000, warmup=1000)
 
 
 class _Parser(argparse.ArgumentParser):

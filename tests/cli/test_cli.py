@@ -1,0 +1,107 @@
+"""The latentzoo command: the main job end to end, diagnose, and one-sentence errors."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from latentzoo import arviz_adapter as azx
+from latentzoo.cli import main
+
+
+@pytest.fixture(scope="module")
+def fa_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs") / "fa"
+    assert main(["run", "fa", "--quick", "--no-progress", "--out", str(out)]) == 0
+    return out
+
+
+def test_list_shows_the_zoo(capsys):
+    assert main(["list"]) == 0
+    text = capsys.readouterr().out
+    for name in ("fa", "cvq", "noca", "gibbs"):
+        assert name in text
+
+
+def test_run_fa_quick_writes_the_three_files(fa_run):
+    assert sorted(os.listdir(fa_run)) == ["posterior.nc", "summary.csv", "trace.png"]
+    idata = azx.load(str(fa_run / "posterior.nc"))
+    assert {"posterior", "sample_stats", "log_likelihood", "observed_data"} <= set(idata.groups())
+    assert idata.posterior["cov"].shape == (4, 1000, 20, 20)
+    assert "lp" in idata.sample_stats
+    assert idata.log_likelihood["X"].shape == (4, 1000, 500)
+    table = azx.summary(idata, var_names=["cov"])
+    assert table["r_hat"].max() <= 1.01, table["r_hat"].idxmax()
+
+
+def test_diagnose_writes_rank_and_ppc(fa_run, capsys):
+    assert main(["diagnose", str(fa_run)]) == 0
+    assert (fa_run / "rank.png").stat().st_size > 0
+    assert (fa_run / "ppc.png").stat().st_size > 0
+    assert "psi[0]" in capsys.readouterr().out
+
+
+def _write(path, text):
+    path.write_text(text)
+    return str(path)
+
+
+BAD_INPUTS = {
+    "missing file": (lambda d: str(d / "nope.csv"), "does not exist"),
+    "ragged csv": (lambda d: _write(d / "r.csv", "1,2,3\n4,5\n6,7,8\n"), "ragged"),
+    "non-numeric": (lambda d: _write(d / "n.csv", "a,b,c\n1,2,3\n4,x,6\n"), "non-numeric"),
+    "nan": (lambda d: _write(d / "nan.csv", "1,2,3,4\n4,nan,6,7\n1,1,1,1\n"), "NaN"),
+    "one row": (lambda d: _write(d / "one.csv", "1,2,3,4,5\n"), "at least 2"),
+    "K >= D": (lambda d: _write(d / "k.csv", "1,2\n3,4\n5,7\n"), "smaller than"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+def test_bad_data_is_one_sentence_exit_2_nothing_written(case, tmp_path, capsys):
+    make, phrase = BAD_INPUTS[case]
+    out = tmp_path / "out"
+    code = main(["run", "fa", "--data", make(tmp_path), "--out", str(out), "--quick"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert phrase in err and "\n" not in err and "Traceback" not in err
+    assert not out.exists()
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".staging")]
+
+
+@pytest.mark.parametrize(
+    "argv, phrase",
+    [
+        (["run", "nomodel", "--out", "x"], "Unknown model"),
+        (["run", "fa", "--method", "magic", "--out", "x"], "Unknown method"),
+        (["run", "fa", "--chains", "0", "--out", "x"], "positive"),
+        (["diagnose", "/nonexistent/run"], "does not exist"),
+    ],
+)
+def test_bad_arguments(argv, phrase, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert phrase in err and "\n" not in err
+
+
+def test_console_script_has_no_traceback(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("1,2\n3\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "latentzoo.cli", "run", "fa", "--data", str(bad), "--out", str(tmp_path / "o")],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith("latentzoo: ") and "Traceback" not in proc.stderr
+
+
+def test_npy_and_npz_inputs(tmp_path):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(30, 5))
+    np.save(tmp_path / "x.npy", X)
+    np.savez(tmp_path / "x.npz", X=X)
+    from latentzoo.data import load_matrix
+
+    np.testing.assert_array_equal(load_matrix(str(tmp_path / "x.npy")), X)
+    np.testing.assert_array_equal(load_matrix(str(tmp_path / "x.npz")), X)
