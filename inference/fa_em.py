@@ -96,7 +96,12 @@ def em_guide(X=None, *, K, N=None, D=None, priors=None):
 
 def em_e_step(params, X, pri: FAPriors) -> dict:
     """Exact q(z_n) = p(z_n | x_n, W, mu, psi) (thesis eq. 4.28): the Gibbs z-conditional."""
-    values = {"z": params["z_loc"], "W": params["W_loc"], "mu": params["mu_loc"], "psi": params["psi_loc"]}
+    values = {
+        "z": params["z_loc"],
+        "W": params["W_loc"],
+        "mu": params["mu_loc"],
+        "psi": params["psi_loc"],
+    }
     m, T = gaussian_block(*_z_natural(values, {"X": X}, pri.dists))
     return {**params, "z_loc": m, "z_scale_tril": T}
 

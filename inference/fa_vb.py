@@ -100,7 +100,13 @@ __all__ = [
 LOG_2PI = float(np.log(2.0 * np.pi))
 
 # The families the closed-form updates are derived for (the likelihood site "X" included).
-FAMILIES = {"z": dist.Normal, "W": dist.Normal, "mu": dist.Normal, "psi": dist.Gamma, "X": dist.Normal}
+FAMILIES = {
+    "z": dist.Normal,
+    "W": dist.Normal,
+    "mu": dist.Normal,
+    "psi": dist.Gamma,
+    "X": dist.Normal,
+}
 
 Block = Callable[[dict, jax.Array, "FAPriors"], dict]
 
@@ -169,7 +175,9 @@ def validate_fa_data(X, K) -> np.ndarray:
     if N < 2:
         raise ValueError(f"FA needs at least 2 data rows, got {N}.")
     if not (isinstance(K, (int, np.integer)) and 1 <= K < D):
-        raise ValueError(f"The number of factors K must be an integer with 1 <= K < D = {D}, got {K}.")
+        raise ValueError(
+            f"The number of factors K must be an integer with 1 <= K < D = {D}, got {K}."
+        )
     return X
 
 
@@ -193,7 +201,7 @@ def z_moments(T, N):
 
 
 def sq_resid(X, m, Sz_sum, W, mu, S_W=None, v_mu=None):
-    """The two parts of eq. (E1): ``(point, extra)``, each (D,), with sum_n E[r_nd^2] = point + extra.
+    """The two parts of eq. (E1), ``(point, extra)``, each (D,): sum_n E[r_nd^2] = point + extra.
 
     ``point`` = sum_n (x_nd - W_d m_n - mu_d)^2 (the residual at the means); ``extra`` = the
     variance terms N v_d + W_d Sigma_z W_dᵀ + tr(S_d Sigma_zz) (``S_W``, ``v_mu`` None for point
