@@ -13,7 +13,7 @@ hyperparameter read from the model's trace (:func:`read_fa_priors`):
 **Mean field** :math:`q = \prod_n \mathcal N(z_n; m_n, S)\ \prod_d \mathcal N(w_d; M_d, S_d)\,
 \mathcal N(\mu_d; \nu_d, v_d)\,\mathrm{Gamma}(\psi_d; \alpha_d, \beta_d)` (``S`` is one K x K
 matrix when the z prior is shared by rows, as in the model; otherwise one per row). Write
-:math:`\bar\psi_d = \alpha_d/\beta_d`, :math:`\widetilde{\log\psi_d} = \digamma(\alpha_d) - \log\beta_d`,
+:math:`\bar\psi_d = \alpha_d/\beta_d`, :math:`\widetilde{\log\psi_d} = \operatorname{digamma}(\alpha_d) - \log\beta_d`,
 :math:`\Sigma_z = \sum_n S_n`, :math:`\Sigma_{zz} = \sum_n \mathbb E[z_n z_n^\top] = m^\top m + \Sigma_z`.
 
 **(E1) the expected squared residual.** With :math:`r_{nd} = x_{nd} - w_d^\top z_n - \mu_d` and the
@@ -54,7 +54,7 @@ collect the terms in the block and read off the natural parameters):
       + \sum_{n} \Big[\tfrac K2(1 + \log 2\pi) + \tfrac12\log|S_n|\Big]
       + \sum_d \Big[\tfrac K2(1 + \log 2\pi) + \tfrac12\log|S_d|\Big]
       + \sum_d \tfrac12\big(1 + \log 2\pi v_d\big)
-      + \sum_d \big[\alpha_d - \log\beta_d + \log\Gamma(\alpha_d) + (1 - \alpha_d)\digamma(\alpha_d)\big].
+      + \sum_d \big[\alpha_d - \log\beta_d + \log\Gamma(\alpha_d) + (1 - \alpha_d)\operatorname{digamma}(\alpha_d)\big].
 
 Covariances are stored as Cholesky factors of the covariance (``*_scale_tril``), obtained from the
 precision by triangular solves (:func:`numpyro.distributions.util.cholesky_of_inverse`), and the
