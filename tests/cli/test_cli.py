@@ -105,3 +105,35 @@ def test_npy_and_npz_inputs(tmp_path):
 
     np.testing.assert_array_equal(load_matrix(str(tmp_path / "x.npy")), X)
     np.testing.assert_array_equal(load_matrix(str(tmp_path / "x.npz")), X)
+
+
+@pytest.mark.parametrize("method", ["vb", "em"])
+def test_run_fa_variational_methods(method, tmp_path):
+    out = tmp_path / method
+    assert main(["run", "fa", "--method", method, "--quick", "--no-progress", "--out", str(out)]) == 0
+    idata = azx.load(str(out / "posterior.nc"))
+    assert idata.posterior["cov"].shape[-2:] == (20, 20)
+    assert idata.log_likelihood["X"].shape[-1] == 500
+
+
+def test_run_fa_nuts_small(tmp_path):
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(40, 4)) @ rng.normal(size=(4, 4))
+    np.save(tmp_path / "x.npy", X)
+    out = tmp_path / "nuts"
+    argv = ["run", "fa", "--method", "nuts", "--data", str(tmp_path / "x.npy"), "--K", "1",
+            "--chains", "1", "--samples", "50", "--warmup", "50", "--no-progress", "--out", str(out)]
+    assert main(argv) == 0
+    assert (out / "summary.csv").read_text().count("psi[") == 4
+
+
+def test_run_fa_online_streams_a_csv(tmp_path):
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(300, 6))
+    path = tmp_path / "x.csv"
+    np.savetxt(path, X, delimiter=",")
+    out = tmp_path / "online"
+    argv = ["run", "fa", "--method", "online-em", "--data", str(path), "--K", "2",
+            "--chunk-size", "64", "--no-progress", "--out", str(out)]
+    assert main(argv) == 0
+    assert {"params.npz", "summary.csv"} <= set(os.listdir(out))
