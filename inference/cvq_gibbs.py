@@ -1,0 +1,136 @@
+r"""Hand-derived Gibbs updates for the Bayesian CVQ (:mod:`latentzoo.models.cvq`).
+
+Notation: X (N, D), s (N, K) binary, W (D, K), pi (K,), tau = 1/sigma^2, residual
+:math:`R = X - S W^\top`. Each conditional collects the terms of the joint density
+:math:`\prod_n \mathcal N(x_n; W s_n, \tau^{-1} I)\,\mathrm{Bern}(s_n;\pi)\,p(W)p(\pi)p(\tau)` that
+involve the block:
+
+- ``s_n | W, pi, tau`` (rows independent): :math:`p(s_n\mid\cdot) \propto \exp(-\tfrac\tau2
+  \lVert x_n - W s_n\rVert^2 + \sum_k s_{nk}\log\pi_k + (1-s_{nk})\log(1-\pi_k))` over the 2^K
+  states. For K <= 12 it is drawn exactly from the enumerated table; for larger K the draw is a
+  systematic scan of the single-site conditionals
+  :math:`s_{nk}\mid s_{n,-k} \sim \mathrm{Bern}(g(\tau w_k^\top(x_n - \sum_{j\ne k}s_{nj}w_j) -
+  \tfrac\tau2 w_k^\top w_k + \mathrm{logit}\,\pi_k))` (the lecture's E-step argument with samples
+  in place of means), which leaves the block conditional invariant.
+- ``w_d | s, tau`` (rows independent): :math:`\mathcal N(P^{-1}b_d, P^{-1})`, :math:`P =
+  \mathrm{diag}(1/s_W^2) + \tau S^\top S`, :math:`b_d = m_W/s_W^2 + \tau S^\top x_{\cdot d}`.
+- ``pi_k | s``: :math:`\mathrm{Beta}(a + \sum_n s_{nk},\ b + N - \sum_n s_{nk})`.
+- ``tau | s, W``: :math:`\mathrm{Gamma}(a + ND/2,\ b + \tfrac12\lVert R\rVert_F^2)`.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpyro.distributions as dist
+
+import latentzoo  # noqa: F401  (float64)
+
+from .cvq_noca_enumerate import EnumeratedBinary, all_states
+from .fa_gibbs import gaussian_draw, mvn_from_precision
+from .updates import GibbsUpdate, prior_params, unwrap
+
+__all__ = ["cvq_updates", "s_update", "W_update", "pi_update", "tau_update", "ENUM_MAX_K"]
+
+ENUM_MAX_K = 12
+NORMAL, GAMMA, BETA = (dist.Normal,), (dist.Gamma,), (dist.Beta,)
+BERNOULLI = (dist.BernoulliProbs, dist.BernoulliLogits)  # dist.Bernoulli is a factory, not a class
+
+
+def _s_prior_probs(priors, shape):
+    return jnp.broadcast_to(unwrap(priors["s"]).probs, shape)  # BernoulliLogits has .probs too
+
+
+def _s_logits(values, obs, priors):
+    """(N, 2^K) log p(x_n, s) up to a constant in s, and the states."""
+    X, W, tau = obs["X"], values["W"], values["tau"]
+    N, K = values["s"].shape
+    states = all_states(K, X.dtype)
+    p = _s_prior_probs(priors, (N, K))
+    M = states @ W.T  # (S, D)
+    quad = -2.0 * X @ M.T + (M * M).sum(1)[None, :]
+    lp = jnp.log(p) @ states.T + jnp.log1p(-p) @ (1.0 - states).T
+    return -0.5 * tau * quad + lp, states
+
+
+def _s_conditional(values, obs, priors):
+    return {"s": EnumeratedBinary(*_s_logits(values, obs, priors))}
+
+
+def _s_draw(key, values, obs, priors):
+    X, W, tau = obs["X"], values["W"], values["tau"]
+    s0 = jnp.asarray(values["s"], X.dtype)
+    N, K = s0.shape
+    if K <= ENUM_MAX_K:
+        return {"s": _s_conditional(values, obs, priors)["s"].sample(key).astype(values["s"].dtype)}
+    p = _s_prior_probs(priors, (N, K))
+    logit = jnp.log(p) - jnp.log1p(-p)
+    G = (W * W).sum(0)
+
+    def col(carry, inp):
+        s, R = carry
+        k, u = inp
+        w = W[:, k]
+        R_k = R + s[:, k][:, None] * w[None, :]
+        prob = jax.nn.sigmoid(tau * (R_k @ w) - 0.5 * tau * G[k] + logit[:, k])
+        new = (u < prob).astype(X.dtype)
+        return (s.at[:, k].set(new), R_k - new[:, None] * w[None, :]), None
+
+    u = jax.random.uniform(key, (K, N))
+    (s, _), _ = jax.lax.scan(col, (s0, X - s0 @ W.T), (jnp.arange(K), u))
+    return {"s": s.astype(values["s"].dtype)}
+
+
+def _W_natural(values, obs, priors):
+    X, s, tau = obs["X"], jnp.asarray(values["s"], obs["X"].dtype), values["tau"]
+    D, K = values["W"].shape
+    loc0, scale0 = prior_params(priors["W"], (D, K), "loc", "scale")
+    prec0 = 1.0 / scale0**2
+    P = tau * (s.T @ s)[None] + prec0[:, :, None] * jnp.eye(K)  # (D, K, K)
+    b = tau * (X.T @ s) + loc0 * prec0  # (D, K)
+    return P, b
+
+
+def _pi_conditional(values, obs, priors):
+    s = values["s"]
+    N, K = s.shape
+    a0, b0 = prior_params(priors["pi"], (K,), "concentration1", "concentration0")
+    on = s.sum(0)
+    return {"pi": dist.Beta(a0 + on, b0 + N - on)}
+
+
+def _tau_conditional(values, obs, priors):
+    X, s, W = obs["X"], values["s"], values["W"]
+    N, D = X.shape
+    a0, b0 = prior_params(priors["tau"], (), "concentration", "rate")
+    r = X - s @ W.T
+    return {"tau": dist.Gamma(a0 + 0.5 * N * D, b0 + 0.5 * (r * r).sum())}
+
+
+def s_update() -> GibbsUpdate:
+    return GibbsUpdate(
+        "s | W, pi, tau", ("s",), {"s": BERNOULLI, "X": NORMAL}, _s_conditional, _s_draw
+    )
+
+
+def W_update() -> GibbsUpdate:
+    return GibbsUpdate(
+        "W | s, tau (rows)",
+        ("W",),
+        {"W": NORMAL, "X": NORMAL},
+        lambda v, o, p: {"W": mvn_from_precision(*_W_natural(v, o, p))},
+        lambda k, v, o, p: {"W": gaussian_draw(k, *_W_natural(v, o, p))},
+    )
+
+
+def pi_update() -> GibbsUpdate:
+    return GibbsUpdate("pi | s", ("pi",), {"pi": BETA, "s": BERNOULLI}, _pi_conditional)
+
+
+def tau_update() -> GibbsUpdate:
+    return GibbsUpdate("tau | s, W", ("tau",), {"tau": GAMMA, "X": NORMAL}, _tau_conditional)
+
+
+def cvq_updates() -> list[GibbsUpdate]:
+    """The CVQ update table in sweep order: s, W, pi, tau."""
+    return [s_update(), W_update(), pi_update(), tau_update()]

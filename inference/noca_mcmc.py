@@ -1,0 +1,46 @@
+r"""MCMC for the Bayesian NOCA through the Gibbs builder's fallback path.
+
+NOCA has one conjugate block, :math:`\pi_i \mid s \sim \mathrm{Beta}(a + \sum_n s_{ni},\ b + N -
+\sum_n s_{ni})`. Nothing else is conjugate: the noisy-OR likelihood couples theta, theta0 and s.
+The table therefore holds only the pi update, and :class:`~latentzoo.inference.gibbs.ConjugateGibbs`
+hands ``s`` to NumPyro's ``DiscreteGibbs`` and ``theta``, ``theta0`` to NUTS (with a
+``ConjugacyFallbackWarning`` naming them), composed by ``numpyro.infer.Gibbs``. This is the
+builder's fallback path on a real model; it is correct but slow (``DiscreteGibbs`` re-evaluates
+the model once per binary site), so it is meant for small problems and for checking.
+"""
+
+from __future__ import annotations
+
+import numpyro.distributions as dist
+
+import latentzoo  # noqa: F401  (float64)
+from latentzoo.models.noca import noca
+
+from .gibbs import ConjugateGibbs
+from .updates import GibbsUpdate, prior_params
+
+__all__ = ["noca_updates", "noca_kernel", "pi_update"]
+
+BERNOULLI = (dist.BernoulliProbs, dist.BernoulliLogits)  # dist.Bernoulli is a factory
+
+
+def _pi_conditional(values, obs, priors):
+    s = values["s"]
+    N, K = s.shape
+    a0, b0 = prior_params(priors["pi"], (K,), "concentration1", "concentration0")
+    on = s.sum(0)
+    return {"pi": dist.Beta(a0 + on, b0 + N - on)}
+
+
+def pi_update() -> GibbsUpdate:
+    return GibbsUpdate("pi | s", ("pi",), {"pi": (dist.Beta,), "s": BERNOULLI}, _pi_conditional)
+
+
+def noca_updates() -> list[GibbsUpdate]:
+    """The NOCA table: only pi | s; s goes to DiscreteGibbs and theta, theta0 to NUTS."""
+    return [pi_update()]
+
+
+def noca_kernel(**nuts_kwargs) -> ConjugateGibbs:
+    """``ConjugateGibbs(noca, noca_updates())`` with optional NUTS settings."""
+    return ConjugateGibbs(noca, noca_updates(), nuts_kwargs=nuts_kwargs or None)
