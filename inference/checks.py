@@ -93,20 +93,24 @@ def check_conditional(
     """
     if update.conditional is None:
         raise ValueError(f"update {update.name!r} has no closed-form conditional to check.")
-    worst = 0.0
-    for key in jax.random.split(rng_key, num_pairs):
+
+    @jax.jit
+    def disagreement(key):
         k_sim, k_draw = jax.random.split(key)
         a, X = simulate(model, model_kwargs, k_sim, data_site)
         priors, obs, _ = read_model(model, a, (X,), model_kwargs)
         cond = update.conditional(a, obs, priors)
         keys = jax.random.split(k_draw, len(update.sites))
         b = {**a, **{s: cond[s].sample(k) for s, k in zip(update.sites, keys)}}
-        d_cond = sum(cond[s].log_prob(a[s]).sum() - cond[s].log_prob(b[s]).sum() for s in update.sites)
-        lp_a, _ = log_density(model, (X,), model_kwargs, a)
-        lp_b, _ = log_density(model, (X,), model_kwargs, b)
-        d_joint = lp_a - lp_b
-        worst = max(worst, float(jnp.abs(d_cond - d_joint) / (1.0 + jnp.abs(d_joint))))
-    return worst
+        d_cond = sum(
+            cond[s].log_prob(a[s]).sum() - cond[s].log_prob(b[s]).sum() for s in update.sites
+        )
+        d_joint = log_density(model, (X,), model_kwargs, a)[0] - log_density(
+            model, (X,), model_kwargs, b
+        )[0]
+        return jnp.abs(d_cond - d_joint) / (1.0 + jnp.abs(d_joint))
+
+    return float(jnp.max(jax.lax.map(disagreement, jax.random.split(rng_key, num_pairs))))
 
 
 # ------------------------------------------------------------------------------- Geweke
