@@ -90,8 +90,6 @@ def main(argv=None):
     W = np.asarray(res.params["W"])
     pi = np.asarray(res.params["pi"])
     fig, axes = plt.subplots(1, K, figsize=(12, 1.8))
-    for k in np.argsort(-pi):
-        pass
     for j, k in enumerate(np.argsort(-pi)):
         _show(axes[j], W[:, k], f"pi={pi[k]:.2f}")
     fig.suptitle(f"CVQ (variational EM, K={K}) components of sklearn digits, N={len(D)}")

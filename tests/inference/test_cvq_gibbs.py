@@ -62,7 +62,7 @@ def test_plan_has_no_fallback():
 
 def _geweke(table, seed=1):
     kernel = ConjugateGibbs(cvq, table)
-    return geweke_test(cvq, kernel, SMALL, TEST_FUNCTIONS, jax.random.PRNGKey(seed), num_steps=8000, num_prior=8000)
+    return geweke_test(cvq, kernel, SMALL, TEST_FUNCTIONS, jax.random.PRNGKey(seed), num_steps=5000, num_prior=5000)
 
 
 def test_geweke_passes():
@@ -72,13 +72,13 @@ def test_geweke_passes():
 
 def test_geweke_fails_broken_tau():
     r = _geweke(table_with_broken_tau())
-    assert not r.passed and r.max_abs_z > 3 * r.threshold
+    assert not r.passed and r.max_abs_z > 2 * r.threshold
 
 
 def _sbc(table):
     kernel = ConjugateGibbs(cvq, table)
-    return sbc(cvq, kernel, SMALL, TEST_FUNCTIONS, jax.random.PRNGKey(3), num_simulations=200,
-               num_warmup=30, num_draws=99, thin=2)
+    return sbc(cvq, kernel, SMALL, TEST_FUNCTIONS, jax.random.PRNGKey(3), num_simulations=120,
+               num_warmup=30, num_draws=59, thin=2)
 
 
 def test_sbc_passes():
