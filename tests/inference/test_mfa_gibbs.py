@@ -6,9 +6,10 @@ Thresholds: conditional checks compare log-density differences, which agree to r
 (< 1e-9) when right and by O(1) when a term is missing (the controls show > 1e-2). Geweke
 z-scores are Bonferroni-corrected at familywise level 0.01 over all first and second moments
 (|z| < ~3.55 for 26 moments); SBC requires every chi-square p-value above 0.01/F. The broken psi
-update (Gamma shape + N/2) roughly doubles psi's posterior mean at N = 8: it gives Geweke
-|z| in the hundreds and SBC p-values below 1e-50, so the same thresholds separate right from wrong
-by a wide margin.
+update (Gamma shape + N/2) raises psi's conditional mean by ~65% at N = 8 (shape 6 -> 10 under
+the Gamma(2, 1) prior): at these seeds it gives Geweke |z| ~ 67 after only 4000 steps and SBC
+p-values ~ 1e-105, while the right table stays below 2 and above 0.03, so the same thresholds
+separate right from wrong by a wide margin.
 """
 
 import arviz as az
@@ -146,7 +147,10 @@ def _geweke(table, num_steps):
 
 
 def test_geweke_passes_full_table():
-    result = _geweke(mg.mfa_updates(), 20000)
+    # 50000 steps, not 20000: the noise/loading trade-off (psi_d against sum_j W_jd^2) is the
+    # chain's slowest direction, and at 20000 steps its z-scores wander to ~3.1 of the 3.55
+    # threshold; the extra steps cost seconds (compilation dominates) and bring them under 2.
+    result = _geweke(mg.mfa_updates(), 50000)
     assert result.passed, dict(zip(result.labels, np.round(result.z_scores, 2)))
 
 
