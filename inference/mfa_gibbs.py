@@ -153,7 +153,8 @@ def cz_log_prob(values, obs, priors):
     c = values["c"]
     logits = jax.nn.log_softmax(c_marginal_logits(values, obs, priors), axis=-1)
     log_c = jnp.take_along_axis(logits, c[:, None], axis=-1).sum()
-    return log_c + mvn_from_precision(*_z_natural(values, obs, priors, c)).log_prob(values["z"]).sum()
+    log_z = mvn_from_precision(*_z_natural(values, obs, priors, c)).log_prob(values["z"])
+    return log_c + log_z.sum()
 
 
 def _z_conditional(values, obs, priors):

@@ -79,8 +79,9 @@ def mfa(X=None, *, K: int, J: int, N: int | None = None, D: int | None = None, p
         priors: optional dict overriding entries of :func:`default_priors`.
 
     Sites: ``pi`` (J,), ``psi`` (D,), ``mu`` (J, D), ``W`` (J, D, K), ``c`` (N,) integer labels in
-    plate ``N`` (so a generic ``DiscreteGibbs`` can take it), ``z`` (N, K), observed ``X`` (N, D)
-    with one log-likelihood term per row, deterministic ``cov`` (J, D, D) = W_j W_jᵀ + diag(1/psi).
+    plate ``N`` (so a generic ``DiscreteGibbs`` can take it), ``z`` (N, K), observed ``X``
+    (N, D) with one log-likelihood term per row, deterministic ``cov`` (J, D, D) =
+    W_j W_jᵀ + diag(1/psi).
     """
     N, D = _sizes(X, N, D)
     p = {**default_priors(), **(priors or {})}

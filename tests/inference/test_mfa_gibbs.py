@@ -32,7 +32,11 @@ from latentzoo.models.mfa import mfa
 # non-standard factor prior exercises the m_z / s_z terms that N(0, I) would hide.
 CHECK = dict(
     N=10, D=3, K=2, J=3,
-    priors={"mu": dist.Normal(0.0, 1.0), "z": dist.Normal(0.3, 1.5), "pi": jnp.array([0.7, 1.0, 2.0])},
+    priors={
+        "mu": dist.Normal(0.0, 1.0),
+        "z": dist.Normal(0.3, 1.5),
+        "pi": jnp.array([0.7, 1.0, 2.0]),
+    },
 )
 # Geweke / SBC: small sizes keep thousands of sweeps cheap. mu's prior is tightened from the
 # model's N(0, 10^2): under a diffuse prior the Geweke chain moves mu by ~1/sqrt(N_j) per step
