@@ -53,7 +53,7 @@ def bench_cvq(K, N, vem_iters, exact_iters, fit_iters, seed=0):
     for _ in range(fit_iters):
         p = up_v(p)
     t_e, _ = _time(up_e, p0, exact_iters)
-    exact = float(cvq_em.cvq_exact_loglik(X, p["W"], p["pi"], p["sigma"]))
+    exact = float(cvq_em.cvq_exact_loglik(X, p["W_loc"], p["pi_loc"], p["sigma_loc"]))
     bound = float(cvq_em.cvq_bound(p, X))
     return t_v, t_e, (exact - bound) / N
 
@@ -74,7 +74,7 @@ def bench_noca(K, N, vem_iters, exact_iters, fit_iters, seed=0):
     for _ in range(fit_iters):
         p = up_v(p)
     t_e, _ = _time(up_e, p0, exact_iters)
-    exact = float(noca_exact_loglik(X, p["theta"], p["theta0"], p["pi"]))
+    exact = float(noca_exact_loglik(X, p["theta_loc"], p["theta0_loc"], p["pi_loc"]))
     bound = float(noca_bound(p, X, num_pos=P))
     return t_v, t_e, (exact - bound) / N
 

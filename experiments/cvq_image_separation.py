@@ -53,10 +53,10 @@ def main(argv=None):
         t = time.perf_counter()
         res = fit_cvq(X, 8, method=method, num_steps=steps, seed=a.seed, restarts=restarts)
         secs = time.perf_counter() - t
-        W = np.asarray(res.params["W"])
+        W = np.asarray(res.params["W_loc"])
         idx, corr = match_by_correlation(W_true, W)
         fits[method] = (W[:, idx], corr)
-        exact = float(cvq_exact_loglik(X, res.params["W"], res.params["pi"], res.params["sigma"]))
+        exact = float(cvq_exact_loglik(X, res.params["W_loc"], res.params["pi_loc"], res.params["sigma_loc"]))
         bound = float(cvq_bound(res.params, X)) if method == "vem" else float("nan")
         for k in range(8):
             rows.append({"method": method, "source": k, "matched_correlation": float(corr[k])})
@@ -87,8 +87,8 @@ def main(argv=None):
     t = time.perf_counter()
     res = fit_cvq(D, K, method="vem", num_steps=40 if a.quick else 200, seed=a.seed, restarts=1 if a.quick else 3)
     secs = time.perf_counter() - t
-    W = np.asarray(res.params["W"])
-    pi = np.asarray(res.params["pi"])
+    W = np.asarray(res.params["W_loc"])
+    pi = np.asarray(res.params["pi_loc"])
     fig, axes = plt.subplots(1, K, figsize=(12, 1.8))
     for j, k in enumerate(np.argsort(-pi)):
         _show(axes[j], W[:, k], f"pi={pi[k]:.2f}")
@@ -97,7 +97,7 @@ def main(argv=None):
     plt.close(fig)
     summary = {"synthetic": {m: fits[m + "_summary"] for m in ("vem", "em")},
                "digits": {"N": int(len(D)), "K": K, "bound_per_sample": float(-res.losses[-1]) / len(D),
-                          "sigma": float(res.params["sigma"]), "seconds": secs}}
+                          "sigma": float(res.params["sigma_loc"]), "seconds": secs}}
     write_json(os.path.join(a.out, "summary.json"), summary)
     print(f"digits: bound/N {summary['digits']['bound_per_sample']:.3f}, {secs:.1f}s; wrote {a.out}")
 

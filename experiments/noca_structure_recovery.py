@@ -51,7 +51,7 @@ def _tight_bound(X, theta, theta0, pi, rows, cols):
         return lam_update(q, X, theta, theta0, pi, rows, cols), q
 
     lam, q = jax.lax.fori_loop(0, 60, body, (lam, q))
-    params = {"theta": theta, "theta0": theta0, "pi": pi, "lam": lam, "q": q}
+    params = {"theta_loc": theta, "theta0_loc": theta0, "pi_loc": pi, "lam": lam, "q": q}
     return noca_bound(params, X, num_pos=P)
 
 
@@ -90,10 +90,10 @@ def main(argv=None):
             res = fit_noca(X, 8, method=method, num_steps=steps, seed=seed, restarts=restarts, rtol=1e-9)
             secs = time.perf_counter() - t
             p = res.params
-            theta = np.asarray(p["theta"])
+            theta = np.asarray(p["theta_loc"])
             idx, dist, ok = match_by_linf(theta_t, theta)
-            exact = float(noca_exact_loglik(Xj, p["theta"], p["theta0"], p["pi"])) / N
-            bound = float(_tight_bound(Xj, p["theta"], p["theta0"], p["pi"], r, c)) / N
+            exact = float(noca_exact_loglik(Xj, p["theta_loc"], p["theta0_loc"], p["pi_loc"])) / N
+            bound = float(_tight_bound(Xj, p["theta_loc"], p["theta0_loc"], p["pi_loc"], r, c)) / N
             row = {"seed": seed, "method": method, "recovered": int(ok.sum()), "N": N,
                    "loglik_per_sample": exact, "bound_per_sample": bound,
                    "true_params_loglik_per_sample": true_ll, "max_matched_linf": float(dist.max()),
@@ -131,7 +131,7 @@ def main(argv=None):
     t = time.perf_counter()
     res = fit_noca(Dg, Kd, method="vem", num_steps=30 if a.quick else 150, seed=0, rtol=1e-9)
     secs = time.perf_counter() - t
-    th, pi = np.asarray(res.params["theta"]), np.asarray(res.params["pi"])
+    th, pi = np.asarray(res.params["theta_loc"]), np.asarray(res.params["pi_loc"])
     fig, axes = plt.subplots(1, Kd, figsize=(12, 1.8))
     for j, k in enumerate(np.argsort(-pi)):
         _show(axes[j], 1 - np.exp(-th[k]), f"pi={pi[k]:.2f}")

@@ -74,13 +74,14 @@ _JITTER = 1e-10  # keeps M2 positive definite when a source is switched off in e
 def cvq_guide(X=None, *, K, N=None, D=None, priors=None):
     """Guide: point estimates W, pi, tau = 1/sigma^2 (``Delta``) and Q(s) = prod Bernoulli(lam).
 
-    Params: ``W`` (D, K), ``pi`` (K,), ``sigma`` (), ``lam`` (N, K).
+    Params (named apart from the sample sites, which share NumPyro's namespace): ``W_loc`` (D, K),
+    ``pi_loc`` (K,), ``sigma_loc`` (), ``lam`` (N, K).
     """
     N = X.shape[0] if X is not None else N
     D = X.shape[1] if X is not None else D
-    W = numpyro.param("W", jnp.zeros((D, K)))
-    pi = numpyro.param("pi", jnp.full(K, 0.5), constraint=constraints.unit_interval)
-    sigma = numpyro.param("sigma", jnp.asarray(1.0), constraint=constraints.positive)
+    W = numpyro.param("W_loc", jnp.zeros((D, K)))
+    pi = numpyro.param("pi_loc", jnp.full(K, 0.5), constraint=constraints.unit_interval)
+    sigma = numpyro.param("sigma_loc", jnp.asarray(1.0), constraint=constraints.positive)
     lam = numpyro.param("lam", jnp.full((N, K), 0.5), constraint=constraints.unit_interval)
     with numpyro.plate("K", K, dim=-1):
         numpyro.sample("pi", dist.Delta(pi))
@@ -98,7 +99,7 @@ def _entropy(lam):
 
 def cvq_bound(params, X):
     """The functional F(Q, theta) of the lecture, summed over rows (a scalar)."""
-    W, pi, sigma, lam = params["W"], params["pi"], params["sigma"], params["lam"]
+    W, pi, sigma, lam = params["W_loc"], params["pi_loc"], params["sigma_loc"], params["lam"]
     N, D = X.shape
     R = X - lam @ W.T
     G_diag = (W * W).sum(0)
@@ -180,9 +181,9 @@ def _init(rng_key, X, *, K, N=None, D=None, priors=None):
     scale = jnp.std(X)
     W = 0.5 * X[rows].T + 0.1 * scale * jax.random.normal(k2, (D, K), dtype=X.dtype)
     return {
-        "W": W,
-        "pi": jnp.full(K, 0.5, X.dtype),
-        "sigma": scale,
+        "W_loc": W,
+        "pi_loc": jnp.full(K, 0.5, X.dtype),
+        "sigma_loc": scale,
         "lam": jnp.full((N, K), 0.5, X.dtype),
     }
 
@@ -192,10 +193,10 @@ def cvq_vem(e_sweeps: int = 3) -> CoordinateAscent:
     Objective: the bound F (:func:`cvq_bound`)."""
 
     def update(params, X, *, K, N=None, D=None, priors=None):
-        lam = cvq_e_step(params["lam"], X, params["W"], params["pi"], params["sigma"], e_sweeps)
+        lam = cvq_e_step(params["lam"], X, params["W_loc"], params["pi_loc"], params["sigma_loc"], e_sweeps)
         M2 = lam.T @ lam + jnp.diag((lam * (1.0 - lam)).sum(0))
         W, pi, sigma = cvq_m_step(X, lam, M2)
-        return {"W": W, "pi": pi, "sigma": sigma, "lam": lam}
+        return {"W_loc": W, "pi_loc": pi, "sigma_loc": sigma, "lam": lam}
 
     def elbo(params, X, *, K, N=None, D=None, priors=None):
         return cvq_bound(params, X)
@@ -210,14 +211,14 @@ def cvq_exact_em() -> CoordinateAscent:
     def update(params, X, *, K, N=None, D=None, priors=None):
         states = all_states(K, X.dtype)
         st = enumerate_posterior(
-            _state_log_joint(params["W"], params["pi"], params["sigma"]), X, states
+            _state_log_joint(params["W_loc"], params["pi_loc"], params["sigma_loc"]), X, states
         )
         M2 = states.T @ (st.weights[:, None] * states)
         W, pi, sigma = cvq_m_step(X, st.Es, M2)
-        return {"W": W, "pi": pi, "sigma": sigma, "lam": st.Es}
+        return {"W_loc": W, "pi_loc": pi, "sigma_loc": sigma, "lam": st.Es}
 
     def elbo(params, X, *, K, N=None, D=None, priors=None):
-        return cvq_exact_loglik(X, params["W"], params["pi"], params["sigma"])
+        return cvq_exact_loglik(X, params["W_loc"], params["pi_loc"], params["sigma_loc"])
 
     return CoordinateAscent(_init, update, elbo)
 

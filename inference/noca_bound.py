@@ -92,8 +92,9 @@ def _entropy(lam):
 
 
 def noca_bound(params, X, *, num_pos: int):
-    """The bound F (a scalar) at params {pi (K,), theta (K, D), theta0 (D,), lam (N, K), q (P, K)}."""
-    pi, theta, theta0, lam, q = (params[k] for k in ("pi", "theta", "theta0", "lam", "q"))
+    """The bound F (a scalar) at params {pi_loc (K,), theta_loc (K, D), theta0_loc (D,), lam (N, K),
+    q (P, K)} (the keys of :func:`~latentzoo.inference.noca_em.noca_guide`)."""
+    pi, theta, theta0, lam, q = (params[k] for k in ("pi_loc", "theta_loc", "theta0_loc", "lam", "q"))
     rows, cols = positive_index(X, num_pos)
     prior = (xlogy(lam, pi) + xlog1py(1.0 - lam, -pi) + _entropy(lam)).sum()
     neg = 1.0 - X

@@ -86,9 +86,9 @@ def noca_guide(X=None, *, K, N=None, D=None, priors=None, num_pos=None):
     ``q`` (P, K), the Jensen weights of the positive findings, is a parameter of the bound only."""
     N = X.shape[0] if X is not None else N
     D = X.shape[1] if X is not None else D
-    pi = numpyro.param("pi", jnp.full(K, 0.5), constraint=constraints.unit_interval)
-    theta = numpyro.param("theta", jnp.ones((K, D)), constraint=constraints.positive)
-    theta0 = numpyro.param("theta0", jnp.full(D, 0.01), constraint=constraints.positive)
+    pi = numpyro.param("pi_loc", jnp.full(K, 0.5), constraint=constraints.unit_interval)
+    theta = numpyro.param("theta_loc", jnp.ones((K, D)), constraint=constraints.positive)
+    theta0 = numpyro.param("theta0_loc", jnp.full(D, 0.01), constraint=constraints.positive)
     lam = numpyro.param("lam", jnp.full((N, K), 0.5), constraint=constraints.unit_interval)
     numpyro.param("q", jnp.full((1, K), 1.0 / K), constraint=constraints.simplex)
     with numpyro.plate("K", K, dim=-1):
@@ -221,9 +221,9 @@ def _init(rng_key, X, *, K, N=None, D=None, priors=None, num_pos=None):
     N, D = X.shape
     P = int(X.sum()) if num_pos is None else num_pos
     return {
-        "pi": jnp.full(K, 0.5, X.dtype),
-        "theta": jax.random.uniform(rng_key, (K, D), X.dtype, 0.05, 1.0),
-        "theta0": jnp.full(D, 0.01, X.dtype),
+        "pi_loc": jnp.full(K, 0.5, X.dtype),
+        "theta_loc": jax.random.uniform(rng_key, (K, D), X.dtype, 0.05, 1.0),
+        "theta0_loc": jnp.full(D, 0.01, X.dtype),
         "lam": jnp.full((N, K), 0.5, X.dtype),
         "q": jnp.full((P, K), 1.0 / K, X.dtype),
     }
@@ -235,7 +235,7 @@ def noca_vem(e_iters: int = 1, q_steps: int = 2, solver_iters: int = 12) -> Coor
 
     def update(params, X, *, K, num_pos, N=None, D=None, priors=None):
         rows, cols = positive_index(X, num_pos)
-        pi, theta, theta0 = params["pi"], params["theta"], params["theta0"]
+        pi, theta, theta0 = params["pi_loc"], params["theta_loc"], params["theta0_loc"]
         lam, q = params["lam"], params["q"]
         for _ in range(e_iters):
             q = q_update(q, lam, theta, theta0, rows, cols, q_steps)
@@ -243,7 +243,7 @@ def noca_vem(e_iters: int = 1, q_steps: int = 2, solver_iters: int = 12) -> Coor
         pi = jnp.clip(lam.mean(0), _PI_EPS, 1.0 - _PI_EPS)
         theta = theta_update(theta, theta0, lam, q, X, rows, cols, solver_iters)
         theta0 = theta0_update(theta, theta0, lam, q, X, rows, cols, solver_iters)
-        return {"pi": pi, "theta": theta, "theta0": theta0, "lam": lam, "q": q}
+        return {"pi_loc": pi, "theta_loc": theta, "theta0_loc": theta0, "lam": lam, "q": q}
 
     def elbo(params, X, *, K, num_pos, N=None, D=None, priors=None):
         return noca_bound(params, X, num_pos=num_pos)
@@ -297,16 +297,16 @@ def noca_exact_em(m_sweeps: int = 2) -> CoordinateAscent:
 
     def update(params, X, *, K, num_pos=None, N=None, D=None, priors=None):
         st = enumerate_posterior(
-            noca_state_log_joint(params["theta"], params["theta0"], params["pi"]), X, all_states(K, X.dtype)
+            noca_state_log_joint(params["theta_loc"], params["theta0_loc"], params["pi_loc"]), X, all_states(K, X.dtype)
         )
         c1 = st.RtX
         c0 = st.weights[:, None] - c1
-        theta, theta0 = _exact_m_step(params["theta"], params["theta0"], c1, c0, m_sweeps)
+        theta, theta0 = _exact_m_step(params["theta_loc"], params["theta0_loc"], c1, c0, m_sweeps)
         pi = jnp.clip(st.Es.mean(0), _PI_EPS, 1.0 - _PI_EPS)
-        return {**params, "pi": pi, "theta": theta, "theta0": theta0, "lam": st.Es}
+        return {**params, "pi_loc": pi, "theta_loc": theta, "theta0_loc": theta0, "lam": st.Es}
 
     def elbo(params, X, *, K, num_pos=None, N=None, D=None, priors=None):
-        return noca_exact_loglik(X, params["theta"], params["theta0"], params["pi"])
+        return noca_exact_loglik(X, params["theta_loc"], params["theta0_loc"], params["pi_loc"])
 
     return CoordinateAscent(_init, update, elbo)
 

@@ -30,9 +30,9 @@ def _random_problem(seed, N=30, D=7, K=3):
     X = X.reshape(N, D)
     q = rng.dirichlet(np.ones(K) * 0.7, size=P)
     params = {
-        "pi": rng.uniform(0.05, 0.95, K),
-        "theta": rng.exponential(1.0, (K, D)),
-        "theta0": rng.exponential(0.1, D) + 1e-3,
+        "pi_loc": rng.uniform(0.05, 0.95, K),
+        "theta_loc": rng.exponential(1.0, (K, D)),
+        "theta0_loc": rng.exponential(0.1, D) + 1e-3,
         "lam": rng.uniform(size=(N, K)),
         "q": q,
     }
@@ -46,7 +46,7 @@ def test_bound_matches_brute_force():
     K = 3
     rows, cols = (np.asarray(a) for a in positive_index(X, P))
     S = np.asarray(all_states(K))
-    th, th0, pi, lam, q = (np.asarray(p[k]) for k in ("theta", "theta0", "pi", "lam", "q"))
+    th, th0, pi, lam, q = (np.asarray(p[k]) for k in ("theta_loc", "theta0_loc", "pi_loc", "lam", "q"))
     f = lambda z: np.log(-np.expm1(-z))
     total = 0.0
     for n in range(X.shape[0]):
@@ -67,8 +67,8 @@ def test_bound_matches_brute_force():
 def _e_steps(X, p, rows, cols):
     def body(_, c):
         lam, q = c
-        q = q_update(q, lam, p["theta"], p["theta0"], rows, cols, 3)
-        return lam_update(q, X, p["theta"], p["theta0"], p["pi"], rows, cols), q
+        q = q_update(q, lam, p["theta_loc"], p["theta0_loc"], rows, cols, 3)
+        return lam_update(q, X, p["theta_loc"], p["theta0_loc"], p["pi_loc"], rows, cols), q
 
     return jax.lax.fori_loop(0, 30, body, (p["lam"], p["q"]))
 
@@ -81,7 +81,7 @@ def _tighten(X, p, P):
 @pytest.mark.parametrize("seed", range(6))
 def test_bound_never_exceeds_exact_loglik(seed):
     X, p, P = _random_problem(seed)
-    exact = float(noca_exact_loglik(X, p["theta"], p["theta0"], p["pi"]))
+    exact = float(noca_exact_loglik(X, p["theta_loc"], p["theta0_loc"], p["pi_loc"]))
     assert float(noca_bound(p, X, num_pos=P)) <= exact
     # and after optimising Q and q for these parameters (the tightest bound we reach)
     lam, q = _tighten(X, p, P)
@@ -94,15 +94,15 @@ def test_updates_are_stationary_points_of_the_bound():
     X, p, P = _random_problem(4, N=40)
     rows, cols = (jnp.asarray(a) for a in np.nonzero(np.asarray(X)))
     F = lambda **kw: noca_bound({**p, **kw}, X, num_pos=P)
-    lam = lam_update(p["q"], X, p["theta"], p["theta0"], p["pi"], rows, cols)
+    lam = lam_update(p["q"], X, p["theta_loc"], p["theta0_loc"], p["pi_loc"], rows, cols)
     assert float(jnp.abs(jax.grad(lambda l: F(lam=l))(lam)).max()) < 1e-8
-    theta = jax.jit(theta_update, static_argnums=7)(p["theta"], p["theta0"], lam, p["q"], X, rows, cols, 60)
-    g = jax.grad(lambda t: F(lam=lam, theta=t))(theta)
+    theta = jax.jit(theta_update, static_argnums=7)(p["theta_loc"], p["theta0_loc"], lam, p["q"], X, rows, cols, 60)
+    g = jax.grad(lambda t: F(lam=lam, theta_loc=t))(theta)
     interior = (theta > 1e-6) & (theta < 49.0)
     assert float(jnp.abs(jnp.where(interior, g, 0.0)).max()) < 1e-6
     assert bool(jnp.all(jnp.where(theta <= 1e-6, g <= 1e-8, True)))  # at the bound: pushing down
-    theta0 = jax.jit(theta0_update, static_argnums=7)(theta, p["theta0"], lam, p["q"], X, rows, cols, 60)
-    g0 = jax.grad(lambda t: F(lam=lam, theta=theta, theta0=t))(theta0)
+    theta0 = jax.jit(theta0_update, static_argnums=7)(theta, p["theta0_loc"], lam, p["q"], X, rows, cols, 60)
+    g0 = jax.grad(lambda t: F(lam=lam, theta_loc=theta, theta0_loc=t))(theta0)
     assert float(jnp.abs(jnp.where(theta0 > 1e-6, g0, 0.0)).max()) < 1e-6
 
 
@@ -110,7 +110,7 @@ def test_q_update_raises_the_bound_towards_its_kkt_point():
     X, p, P = _random_problem(5)
     rows, cols = (jnp.asarray(a) for a in np.nonzero(np.asarray(X)))
     bound = jax.jit(lambda q: noca_bound({**p, "q": q}, X, num_pos=P))
-    step = jax.jit(lambda q: q_update(q, p["lam"], p["theta"], p["theta0"], rows, cols, 1))
+    step = jax.jit(lambda q: q_update(q, p["lam"], p["theta_loc"], p["theta0_loc"], rows, cols, 1))
     q = p["q"]
     values = [float(bound(q))]
     for _ in range(40):
@@ -139,7 +139,7 @@ def test_vem_bound_below_exact_at_fit():
     X, _, P = _random_problem(7, N=80, D=8, K=3)
     res = fit_noca(np.asarray(X), 3, method="vem", num_steps=60)
     p = res.params
-    assert float(noca_bound(p, X, num_pos=P)) <= float(noca_exact_loglik(X, p["theta"], p["theta0"], p["pi"]))
+    assert float(noca_bound(p, X, num_pos=P)) <= float(noca_exact_loglik(X, p["theta_loc"], p["theta0_loc"], p["pi_loc"]))
 
 
 def test_log1mexp_accuracy():
