@@ -47,8 +47,10 @@ def bench_cvq(K, N, vem_iters, exact_iters, fit_iters, seed=0):
     kw = {"K": K}
     vem, ex = cvq_em.cvq_vem(), cvq_em.cvq_exact_em()
     p0 = vem.init(jax.random.PRNGKey(seed), X, **kw)
-    up_v = jax.jit(lambda p: vem.update(p, X, **kw))
-    up_e = jax.jit(lambda p: ex.update(p, X, **kw))
+    # X is an argument, not a closed-over constant: XLA would otherwise constant-fold jnp.nonzero
+    jv = jax.jit(lambda p, X: vem.update(p, X, **kw))
+    je = jax.jit(lambda p, X: ex.update(p, X, **kw))
+    up_v, up_e = (lambda p: jv(p, X)), (lambda p: je(p, X))
     t_v, p = _time(up_v, p0, vem_iters)
     for _ in range(fit_iters):
         p = up_v(p)
@@ -68,8 +70,10 @@ def bench_noca(K, N, vem_iters, exact_iters, fit_iters, seed=0):
     kw = {"K": K, "num_pos": P}
     vem, ex = noca_em.noca_vem(), noca_em.noca_exact_em(m_sweeps=1)
     p0 = vem.init(jax.random.PRNGKey(seed), X, **kw)
-    up_v = jax.jit(lambda p: vem.update(p, X, **kw))
-    up_e = jax.jit(lambda p: ex.update(p, X, **kw))
+    # X is an argument, not a closed-over constant: XLA would otherwise constant-fold jnp.nonzero
+    jv = jax.jit(lambda p, X: vem.update(p, X, **kw))
+    je = jax.jit(lambda p, X: ex.update(p, X, **kw))
+    up_v, up_e = (lambda p: jv(p, X)), (lambda p: je(p, X))
     t_v, p = _time(up_v, p0, vem_iters)
     for _ in range(fit_iters):
         p = up_v(p)
