@@ -131,7 +131,7 @@ def main(argv=None):
     p.add_argument("--json", default="runs/bench_fa_gibbs_vs_nuts.json")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
-    warmup, samples = (200, 300) if args.quick else (500, 1000)
+    warmup, samples = (200, 300) if args.quick else (1000, 2000)
     chains = 4
     X = jnp.asarray(default_fa_data(args.seed, N=N, D=D, K=K))
     model = partial(factor_analysis, K=K)
