@@ -104,9 +104,11 @@ def _state(key):
     return values, X, obs, priors
 
 
-def test_collapsed_label_logits_match_low_rank_gaussian():
+# The two checks below are jitted: run eagerly, every primitive would compile on its own.
+@jax.jit
+def _collapsed_and_reference(key):
     # Independent reference: NumPyro's LowRankMultivariateNormal for N(mu_j + W_j m_z, C_j).
-    values, X, obs, priors = _state(jax.random.PRNGKey(1))
+    values, X, obs, priors = _state(key)
     m, s = 0.3 * jnp.ones(2), 1.5
     ref = jnp.log(values["pi"]) + jnp.stack(
         [
@@ -117,18 +119,29 @@ def test_collapsed_label_logits_match_low_rank_gaussian():
         ],
         -1,
     )
-    np.testing.assert_allclose(mg.c_marginal_logits(values, obs, priors), ref, rtol=1e-10)
+    return mg.c_marginal_logits(values, obs, priors), ref
+
+
+def test_collapsed_label_logits_match_low_rank_gaussian():
+    logits, ref = _collapsed_and_reference(jax.random.PRNGKey(1))
+    np.testing.assert_allclose(logits, ref, rtol=1e-10)
+
+
+@jax.jit
+def _block_and_joint_changes(key):
+    a, X, obs, priors = _state(key)
+    b = {**a, **mg.cz_update().sample(jax.random.fold_in(key, 1), a, obs, priors)}
+    d_block = mg.cz_log_prob(a, obs, priors) - mg.cz_log_prob(b, obs, priors)
+    d_joint = log_density(mfa, (X,), CHECK, a)[0] - log_density(mfa, (X,), CHECK, b)[0]
+    return jnp.any(a["c"] != b["c"]), d_block, d_joint
 
 
 def test_block_density_matches_joint_density():
     # log p(c, z | rest) must change exactly as the joint does between the prior's (c, z) and a
     # block draw (which relabels some rows, so the label half is exercised too).
     for key in jax.random.split(jax.random.PRNGKey(2), 3):
-        a, X, obs, priors = _state(key)
-        b = {**a, **mg.cz_update().sample(jax.random.fold_in(key, 1), a, obs, priors)}
-        assert bool(jnp.any(a["c"] != b["c"]))
-        d_block = mg.cz_log_prob(a, obs, priors) - mg.cz_log_prob(b, obs, priors)
-        d_joint = log_density(mfa, (X,), CHECK, a)[0] - log_density(mfa, (X,), CHECK, b)[0]
+        relabelled, d_block, d_joint = _block_and_joint_changes(key)
+        assert bool(relabelled)
         assert abs(float(d_block - d_joint)) < 1e-9 * (1.0 + abs(float(d_joint)))
 
 
