@@ -69,6 +69,11 @@ def simulate(model, model_kwargs, rng_key, data_site: str = "X", values=None):
     return latent, tr[data_site]["value"]
 
 
+def _divisor(n: int, at_most: int) -> int:
+    """Largest batch size <= at_most dividing n (a remainder batch would compile a second loop)."""
+    return max(b for b in range(1, min(n, at_most) + 1) if n % b == 0)
+
+
 def _evaluate(test_functions: TestFunctions, values) -> jax.Array:
     return jnp.concatenate([jnp.ravel(f(values)) for f in test_functions.values()])
 
@@ -136,7 +141,7 @@ def geweke_test(
     rng_key,
     *,
     num_steps: int = 20000,
-    num_prior: int = 20000,
+    num_prior: int = 20480,
     sweeps_per_step: int = 1,
     alpha: float = 0.01,
     data_site: str = "X",
@@ -153,7 +158,7 @@ def geweke_test(
         values, _ = simulate(model, model_kwargs, key, data_site)
         return _evaluate(test_functions, values)
 
-    G_prior = jax.jit(lambda ks: jax.lax.map(prior_g, ks, batch_size=256))(
+    G_prior = jax.jit(lambda ks: jax.lax.map(prior_g, ks, batch_size=_divisor(num_prior, 256)))(
         jax.random.split(k_prior, num_prior)
     )
 
@@ -263,7 +268,8 @@ def sbc(
         return below + jnp.floor(u * (ties + 1)).astype(below.dtype)
 
     keys = jax.random.split(rng_key, num_simulations)
-    ranks = np.asarray(jax.jit(lambda ks: jax.lax.map(one, ks, batch_size=batch_size))(keys))
+    batch = _divisor(num_simulations, batch_size)
+    ranks = np.asarray(jax.jit(lambda ks: jax.lax.map(one, ks, batch_size=batch))(keys))
     p = _chi2_pvalues(ranks, num_draws, num_bins)
     threshold = alpha / p.size
     return SBCResult(labels, ranks, p, threshold, bool(np.min(p) > threshold))

@@ -30,6 +30,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from numpyro.distributions.transforms import biject_to
 from numpyro.handlers import seed, substitute, trace
 from numpyro.infer import NUTS, DiscreteGibbs, Gibbs
 from numpyro.infer.gibbs import (
@@ -343,6 +344,14 @@ class ConjugateGibbs(MCMCKernel):
                 )
             if plan.fallback_discrete:
                 blocks.append((DiscreteGibbs(self._model), list(plan.fallback_discrete)))
+            if init_params:
+                # The composite's NUTS block takes its sites unconstrained; users (and the checks)
+                # give every site constrained, as in the all-conjugate case.
+                tr = prototype_trace(self._model, key_init, model_args, model_kwargs)
+                init_params = {
+                    k: (biject_to(tr[k]["fn"].support).inv(v) if k in plan.fallback_continuous else v)
+                    for k, v in init_params.items()
+                }
             self._composite = Gibbs(blocks)
             self._nuts_index = len(blocks) - 1 - bool(plan.fallback_discrete)
             self._sample_fn = self._composite_step

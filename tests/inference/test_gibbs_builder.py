@@ -140,3 +140,16 @@ def test_laplace_loadings_pass_sbc_through_fallback():
             num_bins=5,
         )
     assert result.passed, dict(zip(result.labels, np.round(result.p_values, 4)))
+
+
+def test_init_params_are_constrained_values_on_the_fallback_path_too():
+    # psi is positive; on the fallback path NUTS owns it and works unconstrained, so the kernel
+    # must map the user's constrained value (psi = 4) through the bijection, not take it as log psi.
+    priors = {"psi": dist.LogNormal(0.0, 1.0)}
+    X = _data(N=20, D=3, K=1)
+    kernel = ConjugateGibbs(factor_analysis, fa_gibbs.fa_updates())
+    with pytest.warns(ConjugacyFallbackWarning, match=r"psi \(NUTS\)"):
+        state = kernel.init(jax.random.PRNGKey(0), 10, {"psi": jnp.full(3, 4.0)}, (X,),
+                            {"K": 1, "priors": priors})
+    values = kernel.get_constrain_fn((X,), {"K": 1, "priors": priors})(state.z)
+    np.testing.assert_allclose(values["psi"], 4.0, rtol=1e-10)
