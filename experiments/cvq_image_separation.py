@@ -61,7 +61,7 @@ def main(argv=None):
         for k in range(8):
             rows.append({"method": method, "source": k, "matched_correlation": float(corr[k])})
         print(f"{method}: matched correlation min {corr.min():.4f} mean {corr.mean():.4f}; "
-              f"loglik/N {exact / N:.4f} bound/N {bound / N:.4f}; sigma {float(res.params['sigma']):.3f}; {secs:.1f}s")
+              f"loglik/N {exact / N:.4f} bound/N {bound / N:.4f}; sigma {float(res.params['sigma_loc']):.3f}; {secs:.1f}s")
         fits[method + "_summary"] = {"min_corr": float(corr.min()), "mean_corr": float(corr.mean()),
                                      "loglik_per_sample": exact / N, "bound_per_sample": bound / N,
                                      "seconds": secs, "iterations": int(len(res.losses))}

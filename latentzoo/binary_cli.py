@@ -12,6 +12,7 @@ __all__ = ["fit_binary_model", "default_data", "MODELS", "METHODS"]
 
 MODELS = ("cvq", "noca")
 METHODS = ("vem", "em", "gibbs")
+NOCA_MCMC_MAX_SITES = 2000
 
 
 def default_data(name: str, seed: int = 0) -> np.ndarray:
@@ -74,6 +75,14 @@ def fit_binary_model(
             kernel = ConjugateGibbs(model, cvq_updates())
         else:
             from latentzoo.inference.noca_mcmc import noca_kernel
+
+            if X.shape[0] * K > NOCA_MCMC_MAX_SITES:
+                # DiscreteGibbs re-evaluates the whole model once per binary site and sweep
+                raise ValueError(
+                    f"NOCA MCMC updates each of the N*K = {X.shape[0] * K} binary sources one at a "
+                    f"time and is meant for small problems (N*K <= {NOCA_MCMC_MAX_SITES}); use "
+                    "--method vem or em, or fewer rows."
+                )
 
             kernel = noca_kernel()
         if quick:

@@ -27,6 +27,7 @@ def test_quick_gibbs_cvq():
         ("cvq", np.zeros((4, 5)), 5, "vem", "K"),
         ("noca", np.zeros((4, 5)), 2, "bogus", "method"),
         ("pca", np.zeros((4, 5)), 2, "vem", "model"),
+        ("noca", np.zeros((2000, 5)), 2, "gibbs", "small problems"),
     ],
 )
 def test_bad_input(name, X, K, method, match):
