@@ -8,10 +8,10 @@ Gaussians (Figure 5.2).
 
 from __future__ import annotations
 
-import os
-import tempfile
 
 import numpy as np
+
+from latentzoo.results import atomic_savefig, atomic_write_text  # noqa: F401  (re-exported)
 
 
 def generate_fa_model(D: int, K: int, spectrum: tuple[float, float], rng: np.random.Generator):
@@ -54,35 +54,6 @@ def wasserstein2(m1, C1, m2, C2, sqrt_C1=None) -> float:
     cross = _sqrtm_psd(r1 @ C2 @ r1)
     w2 = float(np.sum((m1 - m2) ** 2) + np.trace(C1) + np.trace(C2) - 2.0 * np.trace(cross))
     return float(np.sqrt(max(w2, 0.0)))
-
-
-def atomic_write_text(path: str, text: str) -> None:
-    """Write text to path via a temporary file in the same folder and os.replace."""
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def atomic_savefig(fig, path: str, **kw) -> None:
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=os.path.splitext(path)[1])
-    os.close(fd)
-    try:
-        fig.savefig(tmp, **kw)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def rows_to_csv(rows: list[dict]) -> str:

@@ -164,21 +164,13 @@ def read_fa_priors(model, X, *, K, N=None, D=None, priors=None) -> FAPriors:
 
 
 def validate_fa_data(X, K) -> np.ndarray:
-    """Check FA data and return it as float64. ValueError (one sentence) for non-2-D data, NaN or
-    inf, fewer than 2 rows, or K not an integer in 1..D-1."""
-    X = np.asarray(X, dtype=np.float64)
-    if X.ndim != 2:
-        raise ValueError(f"FA data must be a 2-D array (rows x features), got shape {X.shape}.")
-    if not np.all(np.isfinite(X)):
-        raise ValueError("FA data contain NaN or infinite values; remove or impute them first.")
-    N, D = X.shape
-    if N < 2:
-        raise ValueError(f"FA needs at least 2 data rows, got {N}.")
-    if not (isinstance(K, (int, np.integer)) and 1 <= K < D):
-        raise ValueError(
-            f"The number of factors K must be an integer with 1 <= K < D = {D}, got {K}."
-        )
-    return X
+    """Check FA data and return it as float64: one-sentence ValueError for non-2-D data, NaN or
+    inf, fewer than 2 rows, or K not an integer in 1..D-1 (:func:`latentzoo.data.validate_matrix`)."""
+    from latentzoo.data import validate_matrix
+
+    if not isinstance(K, (int, np.integer)):
+        raise ValueError(f"The number of factors K must be an integer, got {K!r}.")
+    return validate_matrix(X, K=int(K), name="FA data")
 
 
 # ------------------------------------------------------------------------- shared algebra

@@ -7,8 +7,6 @@ functions below; a move to 1.x changes this file alone.
 
 from __future__ import annotations
 
-import os
-import tempfile
 import warnings
 
 import matplotlib
@@ -17,6 +15,8 @@ matplotlib.use("Agg")  # files only, no display; set before pyplot is imported
 
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+
+from latentzoo.results import atomic_savefig, atomic_write  # noqa: E402
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", FutureWarning)  # 0.2x announces the 1.x refactor on import
@@ -93,22 +93,9 @@ def summary(idata, var_names=None):
     return table[[c for c in _SUMMARY_COLUMNS if c in table.columns]]
 
 
-def _atomic(path: str, write) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, suffix=os.path.splitext(path)[1])
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-
-
 def save(idata, path: str) -> None:
     """Write NetCDF atomically (temporary file, then rename)."""
-    _atomic(path, idata.to_netcdf)
+    atomic_write(path, idata.to_netcdf)
 
 
 def load(path: str):
@@ -116,7 +103,7 @@ def load(path: str):
 
 
 def _savefig(fig, path):
-    _atomic(path, lambda tmp: fig.savefig(tmp, dpi=90, bbox_inches="tight", format="png"))
+    atomic_savefig(fig, path, dpi=90, bbox_inches="tight")
     plt.close(fig)
 
 

@@ -11,7 +11,7 @@ import os
 import shutil
 import tempfile
 
-__all__ = ["staged_run_dir", "atomic_write_text"]
+__all__ = ["staged_run_dir", "atomic_write", "atomic_write_text", "atomic_savefig"]
 
 
 @contextlib.contextmanager
@@ -29,14 +29,35 @@ def staged_run_dir(out_dir: str):
         shutil.rmtree(stage, ignore_errors=True)
 
 
-def atomic_write_text(path: str, text: str) -> None:
+def atomic_write(path: str, write) -> None:
+    """Call ``write(tmp_path)`` on a temporary file beside ``path``, then rename it into place.
+
+    The folder is created if needed; on any error the temporary file is removed and ``path`` is
+    left as it was.
+    """
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory)
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.splitext(path)[1])
+    os.close(fd)
     try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
+        write(tmp)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
+
+
+def atomic_write_text(path: str, text: str) -> None:
+    def write(tmp):
+        with open(tmp, "w") as fh:
+            fh.write(text)
+
+    atomic_write(path, write)
+
+
+def atomic_savefig(fig, path: str, **savefig_kwargs) -> None:
+    """Save a matplotlib figure atomically (format from the file name, PNG by default)."""
+    ext = os.path.splitext(path)[1].lstrip(".").lower()
+    savefig_kwargs.setdefault("format", ext or "png")
+    atomic_write(path, lambda tmp: fig.savefig(tmp, **savefig_kwargs))

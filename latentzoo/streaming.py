@@ -9,11 +9,12 @@ same folder, then ``os.replace``).
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 from typing import Iterator
 
 import numpy as np
+
+from latentzoo.results import atomic_write
 
 __all__ = ["run_streaming_fa"]
 
@@ -95,19 +96,6 @@ def _chunks(path, chunk_size, quick, n_components):
 
 
 # ----------------------------------------------------------------------------- writers
-def _atomic(path: str, write) -> None:
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=os.path.splitext(path)[1])
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def _summary_csv(mean, F, psi) -> str:
     """One row per feature: mean, noise variance, communality (diag F F^T), total variance,
     share of variance explained by the factors, then the loadings."""
@@ -195,8 +183,8 @@ def run_streaming_fa(
         with open(tmp, "w") as f:
             f.write(_summary_csv(mean, F, psi))
 
-    _atomic(params_path, _write_npz)
-    _atomic(summary_path, _write_csv)
+    atomic_write(params_path, _write_npz)
+    atomic_write(summary_path, _write_csv)
     return {
         "path": path,
         "method": _METHODS[method],
