@@ -129,7 +129,7 @@ def cvq_exact_loglik(X, W, pi, sigma):
 
 # ------------------------------------------------------------------------------- updates
 def cvq_e_step(lam, X, W, pi, sigma, num_sweeps: int = 1):
-    """``num_sweeps`` sequential sweeps of the lecture's fixed point over u = 1..K (a scan over
+    r"""``num_sweeps`` sequential sweeps of the lecture's fixed point over u = 1..K (a scan over
     columns, vectorised over rows). lam (N, K) -> (N, K).
 
     The residual :math:`X - \Lambda W^\top` is carried through the scan, so one column costs O(ND).
