@@ -41,7 +41,6 @@ import jax.numpy as jnp
 from jax.scipy.special import xlog1py, xlogy
 
 import latentzoo  # noqa: F401  (float64)
-from latentzoo.models.noca import noisy_or_logits
 
 from .cvq_noca_enumerate import all_states, enumerate_posterior
 
@@ -122,8 +121,3 @@ def noca_exact_loglik(X, theta, theta0, pi, *, per_row: bool = False):
     ll = enumerate_posterior(noca_state_log_joint(theta, theta0, pi), X, all_states(K, X.dtype)).loglik
     return ll if per_row else ll.sum()
 
-
-def _check_logits_agree(X, theta, theta0, s):  # pragma: no cover - used by a test
-    z = theta0 + s @ theta
-    lg = noisy_or_logits(z)
-    return X * lg - jax.nn.softplus(lg), X * log1mexp(z) - (1 - X) * z
