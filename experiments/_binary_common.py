@@ -5,29 +5,15 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
-import tempfile
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-
-def _atomic(path: str, write) -> None:
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=os.path.splitext(path)[1])
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+from latentzoo.results import atomic_savefig, atomic_write_text
 
 
 def write_text(path: str, text: str) -> None:
-    _atomic(path, lambda tmp: open(tmp, "w").write(text))
+    atomic_write_text(path, text)
 
 
 def write_json(path: str, obj) -> None:
@@ -43,7 +29,7 @@ def write_csv(path: str, rows: list[dict]) -> None:
 
 
 def save_figure(fig, path: str) -> None:
-    _atomic(path, lambda tmp: fig.savefig(tmp, dpi=110, bbox_inches="tight"))
+    atomic_savefig(fig, path, dpi=110, bbox_inches="tight")
 
 
 def match_by_correlation(W_true: np.ndarray, W_est: np.ndarray):
