@@ -160,7 +160,13 @@ def _fit_binary(name, X, method, K, sizes, args):
     if fit["kind"] == "mcmc":
         idata = azx.from_mcmc(fit["mcmc"])
     else:
-        post = {k: np.asarray(v)[None, None] for k, v in fit["params"].items()}
+        # Point estimates under their sites' names (guides call them "<site>_loc"); per-row
+        # variational parameters (q(s_n) and the like) are not posterior quantities: left out.
+        post = {
+            (k[:-4] if k.endswith("_loc") else k): np.asarray(v)[None, None]
+            for k, v in fit["params"].items()
+            if not (np.ndim(v) and np.shape(v)[0] == X.shape[0])
+        }
         stats = {"objective": -np.asarray(fit["losses"])[-1:][None]}
         idata = azx.from_draws(post, observed_data={"X": X}, sample_stats=stats)
     names = [v for v in idata.posterior.data_vars if v not in ("s", "z", "q")]

@@ -137,3 +137,17 @@ def test_run_fa_online_streams_a_csv(tmp_path):
             "--chunk-size", "64", "--no-progress", "--out", str(out)]
     assert main(argv) == 0
     assert {"params.npz", "summary.csv"} <= set(os.listdir(out))
+
+
+@pytest.mark.parametrize("model", ["cvq", "noca"])
+def test_run_binary_models_point_fit(model, tmp_path):
+    out = tmp_path / model
+    assert main(["run", model, "--method", "vem", "--K", "3", "--quick", "--no-progress", "--out", str(out)]) == 0
+    idata = azx.load(str(out / "posterior.nc"))
+    assert "pi" in idata.posterior  # point estimates under their sites' names
+
+
+def test_noca_rejects_non_binary_data(tmp_path, capsys):
+    path = _write(tmp_path / "x.csv", "0,1,0.5,1\n1,0,0,1\n0,0,1,1\n")
+    assert main(["run", "noca", "--data", path, "--K", "2", "--out", str(tmp_path / "o")]) == 2
+    assert "binary" in capsys.readouterr().err
