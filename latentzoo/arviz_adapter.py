@@ -103,6 +103,9 @@ def load(path: str):
 
 
 def _savefig(fig, path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # tight_layout on crowded grids
+        fig.tight_layout()  # ArviZ's grids otherwise let titles run into tick labels
     atomic_savefig(fig, path, dpi=90, bbox_inches="tight")
     plt.close(fig)
 
