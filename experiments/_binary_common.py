@@ -56,3 +56,12 @@ def random_binary_sources(K: int, D: int, pixels: int, rng: np.random.Generator)
     for i in range(K):
         S[i, rng.choice(D, pixels, replace=False)] = 1.0
     return S
+
+
+def show_image(ax, img, title=None, **imshow_kwargs):
+    """An 8x8 source image on a bare axis (the experiments' source and recovery grids)."""
+    ax.imshow(img.reshape(8, 8), cmap="gray_r", **imshow_kwargs)
+    ax.set_xticks([])
+    ax.set_yticks([])
+    if title:
+        ax.set_title(title, fontsize=7)

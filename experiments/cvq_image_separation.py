@@ -24,17 +24,13 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 import latentzoo  # noqa: E402,F401
-from _binary_common import match_by_correlation, save_figure, write_csv, write_json  # noqa: E402
+from _binary_common import match_by_correlation, save_figure, show_image, write_csv, write_json  # noqa: E402
 from latentzoo.inference.cvq_em import cvq_bound, cvq_exact_loglik, fit_cvq  # noqa: E402
 from latentzoo.models.cvq import bar_sources, simulate_cvq  # noqa: E402
 
 
 def _show(ax, img, title=None):
-    ax.imshow(img.reshape(8, 8), cmap="gray_r")
-    ax.set_xticks([])
-    ax.set_yticks([])
-    if title:
-        ax.set_title(title, fontsize=7)
+    show_image(ax, img, title)
 
 
 def main(argv=None):

@@ -31,7 +31,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 import latentzoo  # noqa: E402,F401
-from _binary_common import match_by_linf, save_figure, write_csv, write_json  # noqa: E402
+from _binary_common import match_by_linf, save_figure, show_image, write_csv, write_json  # noqa: E402
 from latentzoo.inference.noca_bound import noca_bound, noca_exact_loglik  # noqa: E402
 from latentzoo.inference.noca_em import fit_noca, lam_update, q_update  # noqa: E402
 from latentzoo.models.noca import simulate_noca, true_parameters  # noqa: E402
@@ -56,11 +56,7 @@ def _tight_bound(X, theta, theta0, pi, rows, cols):
 
 
 def _show(ax, img, title=None):
-    ax.imshow(img.reshape(8, 8), cmap="gray_r", vmin=0, vmax=1)
-    ax.set_xticks([])
-    ax.set_yticks([])
-    if title:
-        ax.set_title(title, fontsize=7)
+    show_image(ax, img, title, vmin=0, vmax=1)
 
 
 def main(argv=None):

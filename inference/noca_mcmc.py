@@ -11,29 +11,18 @@ the model once per binary site), so it is meant for small problems and for check
 
 from __future__ import annotations
 
-import numpyro.distributions as dist
 
 import latentzoo  # noqa: F401  (float64)
 from latentzoo.models.noca import noca
 
 from .gibbs import ConjugateGibbs
-from .updates import GibbsUpdate, prior_params
+from .cvq_gibbs import pi_update
+from .updates import GibbsUpdate
 
 __all__ = ["noca_updates", "noca_kernel", "pi_update"]
 
-BERNOULLI = (dist.BernoulliProbs, dist.BernoulliLogits)  # dist.Bernoulli is a factory
-
-
-def _pi_conditional(values, obs, priors):
-    s = values["s"]
-    N, K = s.shape
-    a0, b0 = prior_params(priors["pi"], (K,), "concentration1", "concentration0")
-    on = s.sum(0)
-    return {"pi": dist.Beta(a0 + on, b0 + N - on)}
-
-
-def pi_update() -> GibbsUpdate:
-    return GibbsUpdate("pi | s", ("pi",), {"pi": (dist.Beta,), "s": BERNOULLI}, _pi_conditional)
+# The Beta-Bernoulli pi | s update is the same as CVQ's: both models draw s_nk ~ Bernoulli(pi_k)
+# with pi_k ~ Beta, so the one derivation serves both.
 
 
 def noca_updates() -> list[GibbsUpdate]:
