@@ -304,6 +304,8 @@ def em_batch_step(
     averaging_start: int,
     psi_floor: float,
     averaging_power: float = 0.0,
+    block_size: int | None = None,
+    expansion: bool = False,
 ) -> EMState:
     """One mini-batch of the default online EM. X (b,D), mask (b,).
 
@@ -322,44 +324,84 @@ def em_batch_step(
     ``averaging_start`` observations the batch statistics are also averaged uniformly
     (``A_avg`` etc.); :func:`em_finalize` does one M-step from those averages, which removes
     the SA noise (Polyak-Ruppert averaging applied to sufficient statistics).
+
+    ``expansion=True`` is the parameter-expanded M-step (PX-EM, Liu, Rubin & Wu 1998, whose
+    worked example is factor analysis): let the factors have a free covariance,
+    ``h ~ N(0, Gamma)``; the M-step then also gives ``Gamma = H`` and the observed-data model
+    is unchanged under ``F = F* Gamma^{1/2}``. With ``F* = A H^-1`` and ``H = L L^T`` this is
+    ``F = A L^-T`` (so ``A = F L^T`` is what the state implies) and
+    ``F F^T = A H^-1 A^T``; psi is unchanged, ``d2 - diag(A H^-1 A^T) = d2 - rowsum(F^2)``.
+    The fixed points are those of EM (there H = I); the scale of F no longer has to creep to
+    its value one damped EM step at a time, which is what leaves plain online EM far from the
+    batch answer after one pass when the factors are weak.
+
+    Everything of size D is row-separable given a few K x K matrices, so the step makes two
+    passes over blocks of ``block_size`` features (``None``: one block): pass 1 sums the
+    E-step's reductions over D (``D_b Psi^-1 F`` and ``F^T Psi^-1 F``), pass 2 updates each
+    block of the state in place. Temporaries are then O(b * block_size + block_size * K)
+    instead of several D x K and b x D arrays, which is what keeps D = 10^6 within memory.
     """
     dtype = X.dtype
-    K = state.F.shape[1]
+    D, K = state.F.shape
     nb = jnp.sum(mask)
     n = state.n + nb
-    mean = state.mean + jnp.sum((X - state.mean) * mask[:, None], axis=0) / jnp.maximum(n, 1.0)
-    Dr = (X - mean) * mask[:, None]  # centred at the running mean, as in the thesis
     safe_nb = jnp.maximum(nb, 1.0)
+    inv_n = 1.0 / jnp.maximum(n, 1.0)
+    block = D if block_size is None else min(int(block_size), D)
+    n_full, tail = divmod(D, block)
 
-    Fs = state.F / state.psi[:, None]
-    Sigma = _spd_inv(jnp.eye(K, dtype=dtype) + Fs.T @ state.F)
-    M = (Dr @ Fs) @ Sigma  # (b,K) posterior means; never forms the (D,K) W = Fs Sigma
-    sB = M.T @ M / safe_nb
-    sd2 = jnp.sum(Dr * Dr, axis=0) / safe_nb
-    sA = Dr.T @ (M / safe_nb)  # (D,K)
+    def centred(Xk, mean_k):
+        """New running mean of a block of features and the batch centred at it (masked)."""
+        mean_new = mean_k + jnp.sum((Xk - mean_k) * mask[:, None], axis=0) * inv_n
+        return mean_new, (Xk - mean_new) * mask[:, None]
+
+    # ---- pass 1: the E-step's reductions over D
+    def reduce_block(Xk, mean_k, F_k, psi_k):
+        _, Dr = centred(Xk, mean_k)
+        Fs = F_k / psi_k[:, None]
+        return Dr @ Fs, Fs.T @ F_k
+
+    def pass1(i, acc):
+        lo = i * block
+        Xk = lax.dynamic_slice_in_dim(X, lo, block, axis=1)
+        sl = lambda a: lax.dynamic_slice_in_dim(a, lo, block, axis=0)  # noqa: E731
+        dM, dG = reduce_block(Xk, sl(state.mean), sl(state.F), sl(state.psi))
+        return acc[0] + dM, acc[1] + dG
+
+    acc = (jnp.zeros((X.shape[0], K), dtype), jnp.zeros((K, K), dtype))
+    if n_full:
+        acc = lax.fori_loop(0, n_full, pass1, acc)
+    if tail:
+        lo = n_full * block
+        dM, dG = reduce_block(X[:, lo:], state.mean[lo:], state.F[lo:], state.psi[lo:])
+        acc = (acc[0] + dM, acc[1] + dG)
+    M_raw, G = acc
+
+    Sigma = _spd_inv(jnp.eye(K, dtype=dtype) + G)
+    M = M_raw @ Sigma  # (b,K) posterior means; never forms the (D,K) W = Psi^-1 F Sigma
+    Ms = M / safe_nb
+    sB = M.T @ Ms
 
     # The warm-up moves only the mean: statistics gathered with the random initial F would
     # have to be forgotten again (at D=100 we saw 1.2-3.6x scikit-learn's error with the
     # statistics moving during warm-up, 0.8-0.93x without).
     learn = (n > warmup) & (nb > 0)
-    A_prev = state.F @ state.H  # = A after every M-step; unused at the first one (gamma = 1)
     n_em = state.n_em + jnp.where(learn, nb, 0.0)
     # plain running average over the first `sa_start` rows after warm-up, then a window that
     # grows like sa_start * (n / sa_start)^kappa  (per-batch step gamma = b / window).
     gamma = jnp.maximum(nb / jnp.maximum(n_em, 1.0), (nb / sa_start) * (n_em / sa_start) ** (-kappa))
     gamma = jnp.where(learn, jnp.minimum(gamma, 1.0), 0.0).astype(dtype)
-
-    A_new = A_prev + gamma * (sA - A_prev)
     B = state.B + gamma * (sB - state.B)
-    d2 = state.d2 + gamma * (sd2 - state.d2)
     H = jnp.where(learn, Sigma + B, state.H)
     Hinv = _spd_inv(H)
-    F_new = A_new @ Hinv
-    psi_new = d2 - jnp.sum(F_new * A_new, axis=1)  # diag(A H^-1 A^T), eq. 4.35 with F = A H^-1
-    psi_new = jnp.maximum(psi_new, psi_floor * jnp.maximum(d2, jnp.finfo(dtype).tiny))
-
-    F = jnp.where(learn, F_new, state.F)
-    psi = jnp.where(learn, psi_new, state.psi)
+    if expansion:
+        # PX-EM: A = F L_old^T and F_new = A_new L^-T with H = L L^T (see docstring)
+        L_old_T = jnp.linalg.cholesky(state.H).T
+        L = jnp.linalg.cholesky(H)
+        Hinv = jax.scipy.linalg.solve_triangular(L, jnp.eye(K, dtype=dtype), lower=True).T  # L^-T
+        H_prev = L_old_T
+    else:
+        H_prev = state.H
 
     avg = learn & (n > averaging_start) & (nb > 0)
     n_avg = state.n_avg + jnp.where(avg, nb, 0.0)
@@ -367,14 +409,49 @@ def em_batch_step(
     # statistics gathered while the SA iterates were still moving.
     w = jnp.minimum((1.0 + averaging_power) * nb / jnp.maximum(n_avg, 1.0), 1.0)
     w = jnp.where(avg, w, 0.0).astype(dtype)
-    A_avg = state.A_avg + w * (sA - state.A_avg)
     B_avg = state.B_avg + w * (sB - state.B_avg)
     S_avg = state.S_avg + w * (Sigma - state.S_avg)
-    d2_avg = state.d2_avg + w * (sd2 - state.d2_avg)
+
+    # ---- pass 2: row-wise M-step for each block of features
+    def update_block(Xk, mean_k, d2_k, F_k, psi_k, A_avg_k, d2_avg_k):
+        mean_new, Dr = centred(Xk, mean_k)
+        sA = Dr.T @ Ms  # (block,K) batch mean of d m^T
+        sd2 = jnp.sum(Dr * Dr, axis=0) / safe_nb
+        A_prev = F_k @ H_prev  # = A after every M-step; unused at the first one (gamma = 1)
+        A_new = A_prev + gamma * (sA - A_prev)
+        d2 = d2_k + gamma * (sd2 - d2_k)
+        F_new = A_new @ Hinv
+        # diag(A H^-1 A^T), eq. 4.35: = rowsum(F * A) for F = A H^-1, rowsum(F^2) for A L^-T
+        psi_new = d2 - jnp.sum(F_new * (F_new if expansion else A_new), axis=1)
+        psi_new = jnp.maximum(psi_new, psi_floor * jnp.maximum(d2, jnp.finfo(dtype).tiny))
+        return (
+            mean_new,
+            d2,
+            jnp.where(learn, F_new, F_k),
+            jnp.where(learn, psi_new, psi_k),
+            A_avg_k + w * (sA - A_avg_k),
+            d2_avg_k + w * (sd2 - d2_avg_k),
+        )
+
+    rows = (state.mean, state.d2, state.F, state.psi, state.A_avg, state.d2_avg)
+
+    def pass2(i, arrs):
+        lo = i * block
+        Xk = lax.dynamic_slice_in_dim(X, lo, block, axis=1)
+        new = update_block(Xk, *(lax.dynamic_slice_in_dim(a, lo, block, axis=0) for a in arrs))
+        return tuple(lax.dynamic_update_slice_in_dim(a, u, lo, axis=0) for a, u in zip(arrs, new))
+
+    if n_full:
+        rows = lax.fori_loop(0, n_full, pass2, rows)
+    if tail:
+        lo = n_full * block
+        new = update_block(X[:, lo:], *(a[lo:] for a in rows))
+        rows = new if lo == 0 else tuple(a.at[lo:].set(u) for a, u in zip(rows, new))
+    mean, d2, F, psi, A_avg, d2_avg = rows
     return EMState(n, n_em, mean, d2, F, psi, B, H, n_avg, A_avg, B_avg, S_avg, d2_avg)
 
 
-def em_finalize(state: EMState, psi_floor: float) -> tuple[Array, Array]:
+def em_finalize(state: EMState, psi_floor: float, expansion: bool = False) -> tuple[Array, Array]:
     """(F, psi) from the averaged statistics (one M-step), or the running (F, psi) before
     averaging started. F (D,K), psi (D,)."""
     dtype = state.F.dtype
@@ -382,8 +459,13 @@ def em_finalize(state: EMState, psi_floor: float) -> tuple[Array, Array]:
     H = state.S_avg + state.B_avg
     K = H.shape[0]
     H = jnp.where(state.n_avg > 0, H, jnp.eye(K, dtype=dtype))
-    F_avg = state.A_avg @ _spd_inv(H)
-    psi_avg = var - jnp.sum(F_avg * state.A_avg, axis=1)  # diag(A H^-1 A^T)
+    if expansion:
+        L = jnp.linalg.cholesky(H)
+        F_avg = state.A_avg @ jax.scipy.linalg.solve_triangular(L, jnp.eye(K, dtype=dtype), lower=True).T
+        psi_avg = var - jnp.sum(F_avg * F_avg, axis=1)
+    else:
+        F_avg = state.A_avg @ _spd_inv(H)
+        psi_avg = var - jnp.sum(F_avg * state.A_avg, axis=1)  # diag(A H^-1 A^T)
     psi_avg = jnp.maximum(psi_avg, psi_floor * jnp.maximum(var, jnp.finfo(dtype).tiny))
     use = state.n_avg > 0
     return jnp.where(use, F_avg, state.F), jnp.where(use, psi_avg, state.psi)
