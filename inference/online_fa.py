@@ -90,6 +90,13 @@ _loglik = jax.jit(kern.log_likelihood)
 _post_means = jax.jit(kern.posterior_means)
 
 
+def _all_finite(arr: np.ndarray, chunk_elems: int = 1 << 20) -> bool:
+    """np.isfinite(arr).all() without a full-size boolean temporary (a 32-row chunk at
+    D = 10^6 would need 32 MB just for the check)."""
+    rows = max(1, chunk_elems // max(arr.shape[1], 1))
+    return all(np.isfinite(arr[i : i + rows]).all() for i in range(0, arr.shape[0], rows))
+
+
 _ALIGN = 64  # bytes; XLA's CPU client aliases host buffers with this alignment
 
 
@@ -254,7 +261,7 @@ class OnlineFactorAnalysis:
             raise ValueError(f"X must be 2-D (n_samples, n_features) or one 1-D row, got {arr.ndim}-D.")
         if arr.shape[0] == 0 or arr.shape[1] == 0:
             raise ValueError(f"X must have at least one row and one column, got shape {arr.shape}.")
-        if not np.all(np.isfinite(arr)):
+        if not _all_finite(arr):
             raise ValueError("X contains NaN or infinity.")
         if first:
             self._check_params(arr.shape[1])

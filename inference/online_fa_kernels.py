@@ -57,21 +57,23 @@ class ThesisSGAState(NamedTuple):
 class EMState(NamedTuple):
     """State of the default mini-batched stochastic-approximation EM.
 
-    The fast statistic ``A`` (running average of d m^T, D x K) is not stored: after every
-    M-step ``F = A H^{-1}``, so ``A = F H`` is recovered exactly from ``F`` and the K x K
-    matrix ``H``. This keeps the state at two D x K arrays (``F`` and ``A_avg``).
+    The SA statistic ``A`` (average of d m^T, D x K) is stored, not ``F``: ``F = A T(H)`` with
+    ``T(H) = H^-1`` (plain M-step) or ``L^-T``, ``H = L L^T`` (PX-EM), is a (D,K)(K,K)
+    product that each step forms once, block by block. Storing A makes the SA update of A an
+    elementwise operation, so a step costs two (b,D)(D,K) products and two D x K^2 ones.
+    The state holds two D x K arrays (``A`` and ``A_avg``).
 
-    Shapes: mean, d2, psi, d2_avg (D,); F, A_avg (D,K); B, H, B_avg, S_avg (K,K).
+    Shapes: mean, d2, psi, d2_avg (D,); A, A_avg (D,K); B, H, B_avg, S_avg (K,K).
     """
 
     n: Array  # observations seen
     n_em: Array  # observations used by the SA statistics (after warm-up)
     mean: Array  # exact running mean
-    d2: Array  # SA average of d^2 (same weights as B and A = F H)
-    F: Array
+    d2: Array  # SA average of d^2 (same weights as A and B)
+    A: Array  # SA average of d m^T; F = A T(H)
     psi: Array
     B: Array  # SA average of m m^T
-    H: Array  # Sigma + B of the last M-step, so that A = F H
+    H: Array  # Sigma + B of the last M-step
     n_avg: Array  # observations in the averaged statistics
     A_avg: Array  # uniform average of d m^T after `averaging_start`
     B_avg: Array  # uniform average of m m^T
@@ -92,8 +94,18 @@ class SGAState(NamedTuple):
 # Shared algebra
 # --------------------------------------------------------------------------------------
 def init_factors(key: Array, n_features: int, n_components: int, dtype=jnp.float64) -> Array:
-    """F from the reduced QR decomposition of a standard-normal D x K matrix (thesis sec. 4.3)."""
+    """F from the reduced QR decomposition of a standard-normal D x K matrix (thesis sec. 4.3).
+
+    For D > 32768 the Q factor is computed as ``G R^-1`` with ``R^T R = G^T G`` (Cholesky QR):
+    the same orthonormal basis up to the signs of its columns (R with a positive diagonal),
+    well conditioned for a tall Gaussian matrix (cond(G) ~ 1 + sqrt(K/D)), and it needs one
+    D x K temporary instead of LAPACK's copies -- at D = 10^6 that is the difference between
+    fitting in the memory target or not.
+    """
     g = jax.random.normal(key, (n_features, n_components), dtype=dtype)
+    if n_features > 32768:
+        R = jnp.linalg.cholesky(g.T @ g).T
+        return g @ jax.scipy.linalg.solve_triangular(R, jnp.eye(n_components, dtype=dtype), lower=False)
     q, _ = jnp.linalg.qr(g, mode="reduced")
     return q
 
@@ -273,6 +285,7 @@ def sga_batch_step(state: SGAState, X: Array, mask: Array, warmup: int, lr: floa
 
 
 def em_init(F0: Array) -> EMState:
+    """Initial state: ``H = I``, so ``F = A T(I) = A`` is the thesis' QR initialisation."""
     D, K = F0.shape
     z = lambda: jnp.zeros((), F0.dtype)  # noqa: E731  (distinct buffers: the state is donated)
     eye = jnp.eye(K, dtype=F0.dtype)
@@ -281,16 +294,24 @@ def em_init(F0: Array) -> EMState:
         n_em=z(),
         mean=jnp.zeros(D, F0.dtype),
         d2=jnp.zeros(D, F0.dtype),
-        F=F0,
+        A=F0,
         psi=jnp.ones(D, F0.dtype),
         B=eye,
-        H=2.0 * eye,
+        H=jnp.eye(K, dtype=F0.dtype),  # its own buffer: the state is donated
         n_avg=z(),
         A_avg=jnp.zeros((D, K), F0.dtype),
         B_avg=jnp.zeros((K, K), F0.dtype),
         S_avg=jnp.zeros((K, K), F0.dtype),
         d2_avg=jnp.zeros(D, F0.dtype),
     )
+
+
+def _factor_map(H: Array, expansion: bool) -> Array:
+    """T(H) with F = A T(H): ``H^-1`` for the EM M-step, ``L^-T`` (H = L L^T) for PX-EM."""
+    if not expansion:
+        return _spd_inv(H)
+    L = jnp.linalg.cholesky(H)
+    return jax.scipy.linalg.solve_triangular(L, jnp.eye(H.shape[0], dtype=H.dtype), lower=True).T
 
 
 def em_batch_step(
@@ -342,7 +363,7 @@ def em_batch_step(
     instead of several D x K and b x D arrays, which is what keeps D = 10^6 within memory.
     """
     dtype = X.dtype
-    D, K = state.F.shape
+    D, K = state.A.shape
     nb = jnp.sum(mask)
     n = state.n + nb
     safe_nb = jnp.maximum(nb, 1.0)
@@ -355,17 +376,17 @@ def em_batch_step(
         mean_new = mean_k + jnp.sum((Xk - mean_k) * mask[:, None], axis=0) * inv_n
         return mean_new, (Xk - mean_new) * mask[:, None]
 
-    # ---- pass 1: the E-step's reductions over D
-    def reduce_block(Xk, mean_k, F_k, psi_k):
+    # ---- pass 1: the E-step's reductions over D, with F = A T and T = T(H) (K,K):
+    # D_b Psi^-1 F = (D_b Psi^-1 A) T and F^T Psi^-1 F = T^T (A^T Psi^-1 A) T.
+    def reduce_block(Xk, mean_k, A_k, psi_k):
         _, Dr = centred(Xk, mean_k)
-        Fs = F_k / psi_k[:, None]
-        return Dr @ Fs, Fs.T @ F_k
+        return (Dr / psi_k) @ A_k, A_k.T @ (A_k / psi_k[:, None])
 
     def pass1(i, acc):
         lo = i * block
         Xk = lax.dynamic_slice_in_dim(X, lo, block, axis=1)
         sl = lambda a: lax.dynamic_slice_in_dim(a, lo, block, axis=0)  # noqa: E731
-        dM, dG = reduce_block(Xk, sl(state.mean), sl(state.F), sl(state.psi))
+        dM, dG = reduce_block(Xk, sl(state.mean), sl(state.A), sl(state.psi))
         return acc[0] + dM, acc[1] + dG
 
     acc = (jnp.zeros((X.shape[0], K), dtype), jnp.zeros((K, K), dtype))
@@ -373,9 +394,11 @@ def em_batch_step(
         acc = lax.fori_loop(0, n_full, pass1, acc)
     if tail:
         lo = n_full * block
-        dM, dG = reduce_block(X[:, lo:], state.mean[lo:], state.F[lo:], state.psi[lo:])
+        dM, dG = reduce_block(X[:, lo:], state.mean[lo:], state.A[lo:], state.psi[lo:])
         acc = (acc[0] + dM, acc[1] + dG)
-    M_raw, G = acc
+    T_old = _factor_map(state.H, expansion)
+    M_raw = acc[0] @ T_old
+    G = T_old.T @ acc[1] @ T_old
 
     Sigma = _spd_inv(jnp.eye(K, dtype=dtype) + G)
     M = M_raw @ Sigma  # (b,K) posterior means; never forms the (D,K) W = Psi^-1 F Sigma
@@ -393,15 +416,7 @@ def em_batch_step(
     gamma = jnp.where(learn, jnp.minimum(gamma, 1.0), 0.0).astype(dtype)
     B = state.B + gamma * (sB - state.B)
     H = jnp.where(learn, Sigma + B, state.H)
-    Hinv = _spd_inv(H)
-    if expansion:
-        # PX-EM: A = F L_old^T and F_new = A_new L^-T with H = L L^T (see docstring)
-        L_old_T = jnp.linalg.cholesky(state.H).T
-        L = jnp.linalg.cholesky(H)
-        Hinv = jax.scipy.linalg.solve_triangular(L, jnp.eye(K, dtype=dtype), lower=True).T  # L^-T
-        H_prev = L_old_T
-    else:
-        H_prev = state.H
+    T_new = _factor_map(H, expansion)  # F_new = A_new T_new (PX-EM: L^-T, see docstring)
 
     avg = learn & (n > averaging_start) & (nb > 0)
     n_avg = state.n_avg + jnp.where(avg, nb, 0.0)
@@ -413,27 +428,26 @@ def em_batch_step(
     S_avg = state.S_avg + w * (Sigma - state.S_avg)
 
     # ---- pass 2: row-wise M-step for each block of features
-    def update_block(Xk, mean_k, d2_k, F_k, psi_k, A_avg_k, d2_avg_k):
+    def update_block(Xk, mean_k, d2_k, A_k, psi_k, A_avg_k, d2_avg_k):
         mean_new, Dr = centred(Xk, mean_k)
         sA = Dr.T @ Ms  # (block,K) batch mean of d m^T
         sd2 = jnp.sum(Dr * Dr, axis=0) / safe_nb
-        A_prev = F_k @ H_prev  # = A after every M-step; unused at the first one (gamma = 1)
-        A_new = A_prev + gamma * (sA - A_prev)
+        A_new = A_k + gamma * (sA - A_k)  # gamma = 0 (no learning) leaves A unchanged
         d2 = d2_k + gamma * (sd2 - d2_k)
-        F_new = A_new @ Hinv
+        F_new = A_new @ T_new
         # diag(A H^-1 A^T), eq. 4.35: = rowsum(F * A) for F = A H^-1, rowsum(F^2) for A L^-T
         psi_new = d2 - jnp.sum(F_new * (F_new if expansion else A_new), axis=1)
         psi_new = jnp.maximum(psi_new, psi_floor * jnp.maximum(d2, jnp.finfo(dtype).tiny))
         return (
             mean_new,
             d2,
-            jnp.where(learn, F_new, F_k),
+            A_new,
             jnp.where(learn, psi_new, psi_k),
             A_avg_k + w * (sA - A_avg_k),
             d2_avg_k + w * (sd2 - d2_avg_k),
         )
 
-    rows = (state.mean, state.d2, state.F, state.psi, state.A_avg, state.d2_avg)
+    rows = (state.mean, state.d2, state.A, state.psi, state.A_avg, state.d2_avg)
 
     def pass2(i, arrs):
         lo = i * block
@@ -447,28 +461,25 @@ def em_batch_step(
         lo = n_full * block
         new = update_block(X[:, lo:], *(a[lo:] for a in rows))
         rows = new if lo == 0 else tuple(a.at[lo:].set(u) for a, u in zip(rows, new))
-    mean, d2, F, psi, A_avg, d2_avg = rows
-    return EMState(n, n_em, mean, d2, F, psi, B, H, n_avg, A_avg, B_avg, S_avg, d2_avg)
+    mean, d2, A, psi, A_avg, d2_avg = rows
+    return EMState(n, n_em, mean, d2, A, psi, B, H, n_avg, A_avg, B_avg, S_avg, d2_avg)
 
 
 def em_finalize(state: EMState, psi_floor: float, expansion: bool = False) -> tuple[Array, Array]:
-    """(F, psi) from the averaged statistics (one M-step), or the running (F, psi) before
-    averaging started. F (D,K), psi (D,)."""
-    dtype = state.F.dtype
+    """(F, psi) from the averaged statistics (one M-step, PX or plain), or the running
+    (F = A T(H), psi) before averaging started. F (D,K), psi (D,)."""
+    dtype = state.A.dtype
     var = state.d2_avg
     H = state.S_avg + state.B_avg
     K = H.shape[0]
-    H = jnp.where(state.n_avg > 0, H, jnp.eye(K, dtype=dtype))
-    if expansion:
-        L = jnp.linalg.cholesky(H)
-        F_avg = state.A_avg @ jax.scipy.linalg.solve_triangular(L, jnp.eye(K, dtype=dtype), lower=True).T
-        psi_avg = var - jnp.sum(F_avg * F_avg, axis=1)
-    else:
-        F_avg = state.A_avg @ _spd_inv(H)
-        psi_avg = var - jnp.sum(F_avg * state.A_avg, axis=1)  # diag(A H^-1 A^T)
-    psi_avg = jnp.maximum(psi_avg, psi_floor * jnp.maximum(var, jnp.finfo(dtype).tiny))
     use = state.n_avg > 0
-    return jnp.where(use, F_avg, state.F), jnp.where(use, psi_avg, state.psi)
+    H = jnp.where(use, H, jnp.eye(K, dtype=dtype))
+    F_avg = state.A_avg @ _factor_map(H, expansion)
+    # diag(A H^-1 A^T): rowsum(F^2) for F = A L^-T, rowsum(F * A) for F = A H^-1
+    psi_avg = var - jnp.sum(F_avg * (F_avg if expansion else state.A_avg), axis=1)
+    psi_avg = jnp.maximum(psi_avg, psi_floor * jnp.maximum(var, jnp.finfo(dtype).tiny))
+    F_run = state.A @ _factor_map(state.H, expansion)
+    return jnp.where(use, F_avg, F_run), jnp.where(use, psi_avg, state.psi)
 
 
 # --------------------------------------------------------------------------------------
