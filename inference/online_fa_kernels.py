@@ -20,6 +20,7 @@ mask so that a ragged last batch keeps the array shapes static under ``lax.scan`
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import latentzoo  # noqa: F401  (enables float64 before any jax array is built)
@@ -96,17 +97,41 @@ class SGAState(NamedTuple):
 def init_factors(key: Array, n_features: int, n_components: int, dtype=jnp.float64) -> Array:
     """F from the reduced QR decomposition of a standard-normal D x K matrix (thesis sec. 4.3).
 
-    For D > 32768 the Q factor is computed as ``G R^-1`` with ``R^T R = G^T G`` (Cholesky QR):
-    the same orthonormal basis up to the signs of its columns (R with a positive diagonal),
-    well conditioned for a tall Gaussian matrix (cond(G) ~ 1 + sqrt(K/D)), and it needs one
-    D x K temporary instead of LAPACK's copies -- at D = 10^6 that is the difference between
-    fitting in the memory target or not.
+    For D > 32768 the Gaussian matrix is drawn block by block (``fold_in(key, block)``) and its
+    Q factor computed as ``G R^-1`` with ``R^T R = G^T G`` (Cholesky QR), in place: the same
+    kind of orthonormal basis (Q of a Gaussian matrix, R with a positive diagonal), well
+    conditioned for a tall Gaussian matrix (cond(G) ~ 1 + sqrt(K/D)). A one-shot
+    ``jax.random.normal`` plus LAPACK's QR peaks at ~4 D x K arrays, which at D = 10^6 is the
+    whole memory budget of the fit; this path stays at one.
     """
-    g = jax.random.normal(key, (n_features, n_components), dtype=dtype)
     if n_features > 32768:
-        R = jnp.linalg.cholesky(g.T @ g).T
-        return g @ jax.scipy.linalg.solve_triangular(R, jnp.eye(n_components, dtype=dtype), lower=False)
+        return _init_factors_blocked(key, int(n_features), int(n_components), jnp.dtype(dtype))
+    g = jax.random.normal(key, (n_features, n_components), dtype=dtype)
     q, _ = jnp.linalg.qr(g, mode="reduced")
+    return q
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))
+def _init_factors_blocked(key: Array, D: int, K: int, dtype, block: int = 8192) -> Array:
+    n_full, tail = divmod(D, block)
+    draw = lambda i, n: jax.random.normal(jax.random.fold_in(key, i), (n, K), dtype)  # noqa: E731
+
+    def fill(i, g):
+        return lax.dynamic_update_slice_in_dim(g, draw(i, block), i * block, axis=0)
+
+    g = lax.fori_loop(0, n_full, fill, jnp.zeros((D, K), dtype))
+    if tail:
+        g = g.at[n_full * block :].set(draw(n_full, tail))
+    R = jnp.linalg.cholesky(g.T @ g).T
+    Rinv = jax.scipy.linalg.solve_triangular(R, jnp.eye(K, dtype=dtype), lower=False)
+
+    def orthonormalise(i, q):
+        rows = lax.dynamic_slice_in_dim(q, i * block, block, axis=0)
+        return lax.dynamic_update_slice_in_dim(q, rows @ Rinv, i * block, axis=0)
+
+    q = lax.fori_loop(0, n_full, orthonormalise, g)
+    if tail:
+        q = q.at[n_full * block :].set(q[n_full * block :] @ Rinv)
     return q
 
 
