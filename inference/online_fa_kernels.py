@@ -58,28 +58,77 @@ class ThesisSGAState(NamedTuple):
 class EMState(NamedTuple):
     """State of the default mini-batched stochastic-approximation EM.
 
-    The SA statistic ``A`` (average of d m^T, D x K) is stored, not ``F``: ``F = A T(H)`` with
-    ``T(H) = H^-1`` (plain M-step) or ``L^-T``, ``H = L L^T`` (PX-EM), is a (D,K)(K,K)
-    product that each step forms once, block by block. Storing A makes the SA update of A an
-    elementwise operation, so a step costs two (b,D)(D,K) products and two D x K^2 ones.
-    The state holds two D x K arrays (``A`` and ``A_avg``).
+    Everything of size D lives in one packed array ``cols`` (2K+4, D), one column per
+    feature: rows ``[A^T ; A_avg^T ; mean ; d2 ; psi ; d2_avg]`` (read them through the
+    properties below, in the usual (D,K) / (D,) shapes). Two layout choices, both measured at
+    D = 10^6, K = 20 on a 2-core CPU:
 
-    Shapes: mean, d2, psi, d2_avg (D,); A, A_avg (D,K); B, H, B_avg, S_avg (K,K).
+    * one packed array, because a loop that carries several buffers and updates each in place
+      defeats XLA's aliasing analysis and copies them all on every block (8-20 s per pass
+      instead of ~0.1 s);
+    * features on the minor axis, because the per-block products are then wide GEMMs,
+      (K,b)(b,block) and (K,K)(K,block), which XLA's CPU backend runs 2-3x faster than the
+      equivalent tall-skinny (block,b)^T(b,K) and (block,K)(K,K) ones.
+
+    The SA statistic ``A`` (average of d m^T, D x K) is stored, not ``F``: ``F = A T(H)`` with
+    ``T(H) = H^-1`` (plain M-step) or ``L^-T``, ``H = L L^T`` (PX-EM), formed once per step,
+    block by block. The SA update of A is then elementwise, so a step costs two (b,D)(D,K)
+    and two D x K^2 products.
+
+    Shapes: cols (2K+4, D); B, H, B_avg, S_avg (K,K); counters scalars.
     """
 
     n: Array  # observations seen
     n_em: Array  # observations used by the SA statistics (after warm-up)
-    mean: Array  # exact running mean
-    d2: Array  # SA average of d^2 (same weights as A and B)
-    A: Array  # SA average of d m^T; F = A T(H)
-    psi: Array
+    cols: Array  # (2K+4, D) = [A^T ; A_avg^T ; mean ; d2 ; psi ; d2_avg]
     B: Array  # SA average of m m^T
     H: Array  # Sigma + B of the last M-step
     n_avg: Array  # observations in the averaged statistics
-    A_avg: Array  # uniform average of d m^T after `averaging_start`
     B_avg: Array  # uniform average of m m^T
     S_avg: Array  # uniform average of the posterior covariance Sigma
-    d2_avg: Array  # uniform average of d^2
+
+    @property
+    def n_components(self) -> int:
+        return (self.cols.shape[0] - 4) // 2
+
+    @property
+    def A(self) -> Array:  # (D,K) SA average of d m^T; F = A T(H)
+        return self.cols[: self.n_components].T
+
+    @property
+    def A_avg(self) -> Array:  # (D,K) uniform average of d m^T after `averaging_start`
+        K = self.n_components
+        return self.cols[K : 2 * K].T
+
+    @property
+    def mean(self) -> Array:  # exact running mean
+        return self.cols[2 * self.n_components]
+
+    @property
+    def d2(self) -> Array:  # SA average of d^2 (same weights as A and B)
+        return self.cols[2 * self.n_components + 1]
+
+    @property
+    def psi(self) -> Array:
+        return self.cols[2 * self.n_components + 2]
+
+    @property
+    def d2_avg(self) -> Array:  # uniform average of d^2
+        return self.cols[2 * self.n_components + 3]
+
+
+def _split_cols(C: Array, K: int):
+    """Rows of a (2K+4, n) block of ``EMState.cols``: A^T, A_avg^T, mean, d2, psi, d2_avg."""
+    return C[:K], C[K : 2 * K], C[2 * K], C[2 * K + 1], C[2 * K + 2], C[2 * K + 3]
+
+
+def _pack_cols(At, A_avg_t, mean, d2, psi, d2_avg) -> Array:
+    return jnp.concatenate([At, A_avg_t, mean[None], d2[None], psi[None], d2_avg[None]], axis=0)
+
+
+def _dot_nt(a: Array, b: Array) -> Array:
+    """a @ b^T for a (m,n), b (k,n) without materialising the transpose."""
+    return lax.dot_general(a, b, (((1,), (1,)), ((), ())))
 
 
 class SGAState(NamedTuple):
@@ -213,7 +262,10 @@ def thesis_em_step(state: ThesisEMState, x: Array, warmup: int) -> ThesisEMState
     H = Sigma + B  # line 11
     A = state.A + (jnp.outer(d, m) - state.A) / t  # line 12
     d2 = state.d2 + (d * d - state.d2) / t  # line 14
-    F_new = jnp.linalg.solve(H.T, A.T).T  # line 13: A H^{-1}
+    # line 13: A H^{-1}. H = Sigma + B is a small SPD matrix: inverting it and multiplying is
+    # the line as written, and ~10x faster on XLA's CPU backend than a solve with D
+    # right-hand sides (3.5 ms per row at D = 1000).
+    F_new = A @ _spd_inv(H)
     psi_new = d2 + jnp.sum((F_new @ H) * F_new - 2.0 * F_new * A, axis=1)  # line 15
     learn = t > warmup
     F = jnp.where(learn, F_new, state.F)
@@ -313,21 +365,17 @@ def em_init(F0: Array) -> EMState:
     """Initial state: ``H = I``, so ``F = A T(I) = A`` is the thesis' QR initialisation."""
     D, K = F0.shape
     z = lambda: jnp.zeros((), F0.dtype)  # noqa: E731  (distinct buffers: the state is donated)
-    eye = jnp.eye(K, dtype=F0.dtype)
+    zD = jnp.zeros(D, F0.dtype)
+    cols = _pack_cols(F0.T, jnp.zeros((K, D), F0.dtype), zD, zD, jnp.ones(D, F0.dtype), zD)
     return EMState(
         n=z(),
         n_em=z(),
-        mean=jnp.zeros(D, F0.dtype),
-        d2=jnp.zeros(D, F0.dtype),
-        A=F0,
-        psi=jnp.ones(D, F0.dtype),
-        B=eye,
-        H=jnp.eye(K, dtype=F0.dtype),  # its own buffer: the state is donated
+        cols=cols,
+        B=jnp.eye(K, dtype=F0.dtype),
+        H=jnp.eye(K, dtype=F0.dtype),
         n_avg=z(),
-        A_avg=jnp.zeros((D, K), F0.dtype),
         B_avg=jnp.zeros((K, K), F0.dtype),
         S_avg=jnp.zeros((K, K), F0.dtype),
-        d2_avg=jnp.zeros(D, F0.dtype),
     )
 
 
@@ -388,7 +436,8 @@ def em_batch_step(
     instead of several D x K and b x D arrays, which is what keeps D = 10^6 within memory.
     """
     dtype = X.dtype
-    D, K = state.A.shape
+    D = state.cols.shape[1]
+    K = state.n_components
     nb = jnp.sum(mask)
     n = state.n + nb
     safe_nb = jnp.maximum(nb, 1.0)
@@ -403,15 +452,15 @@ def em_batch_step(
 
     # ---- pass 1: the E-step's reductions over D, with F = A T and T = T(H) (K,K):
     # D_b Psi^-1 F = (D_b Psi^-1 A) T and F^T Psi^-1 F = T^T (A^T Psi^-1 A) T.
-    def reduce_block(Xk, mean_k, A_k, psi_k):
+    def reduce_block(Xk, C_k):
+        At, _, mean_k, _, psi_k, _ = _split_cols(C_k, K)
         _, Dr = centred(Xk, mean_k)
-        return (Dr / psi_k) @ A_k, A_k.T @ (A_k / psi_k[:, None])
+        return _dot_nt(Dr / psi_k, At), _dot_nt(At / psi_k, At)
 
     def pass1(i, acc):
         lo = i * block
         Xk = lax.dynamic_slice_in_dim(X, lo, block, axis=1)
-        sl = lambda a: lax.dynamic_slice_in_dim(a, lo, block, axis=0)  # noqa: E731
-        dM, dG = reduce_block(Xk, sl(state.mean), sl(state.A), sl(state.psi))
+        dM, dG = reduce_block(Xk, lax.dynamic_slice_in_dim(state.cols, lo, block, axis=1))
         return acc[0] + dM, acc[1] + dG
 
     acc = (jnp.zeros((X.shape[0], K), dtype), jnp.zeros((K, K), dtype))
@@ -419,7 +468,7 @@ def em_batch_step(
         acc = lax.fori_loop(0, n_full, pass1, acc)
     if tail:
         lo = n_full * block
-        dM, dG = reduce_block(X[:, lo:], state.mean[lo:], state.A[lo:], state.psi[lo:])
+        dM, dG = reduce_block(X[:, lo:], state.cols[:, lo:])
         acc = (acc[0] + dM, acc[1] + dG)
     T_old = _factor_map(state.H, expansion)
     M_raw = acc[0] @ T_old
@@ -452,48 +501,49 @@ def em_batch_step(
     B_avg = state.B_avg + w * (sB - state.B_avg)
     S_avg = state.S_avg + w * (Sigma - state.S_avg)
 
-    # ---- pass 2: row-wise M-step for each block of features
-    def update_block(Xk, mean_k, d2_k, A_k, psi_k, A_avg_k, d2_avg_k):
+    # ---- pass 2: feature-wise M-step for each block of features, in place in `cols`
+    Tt = T_new.T
+
+    def update_block(Xk, C_k):
+        At, A_avg_t, mean_k, d2_k, psi_k, d2_avg_k = _split_cols(C_k, K)
         mean_new, Dr = centred(Xk, mean_k)
-        sA = Dr.T @ Ms  # (block,K) batch mean of d m^T
+        sAt = Ms.T @ Dr  # (K,block) batch mean of m d^T
         sd2 = jnp.sum(Dr * Dr, axis=0) / safe_nb
-        A_new = A_k + gamma * (sA - A_k)  # gamma = 0 (no learning) leaves A unchanged
+        At_new = At + gamma * (sAt - At)  # gamma = 0 (no learning) leaves A unchanged
         d2 = d2_k + gamma * (sd2 - d2_k)
-        F_new = A_new @ T_new
+        Ft = Tt @ At_new  # F^T = T^T A^T
         # diag(A H^-1 A^T), eq. 4.35: = rowsum(F * A) for F = A H^-1, rowsum(F^2) for A L^-T
-        psi_new = d2 - jnp.sum(F_new * (F_new if expansion else A_new), axis=1)
+        psi_new = d2 - jnp.sum(Ft * (Ft if expansion else At_new), axis=0)
         psi_new = jnp.maximum(psi_new, psi_floor * jnp.maximum(d2, jnp.finfo(dtype).tiny))
-        return (
+        return _pack_cols(
+            At_new,
+            A_avg_t + w * (sAt - A_avg_t),
             mean_new,
             d2,
-            A_new,
             jnp.where(learn, psi_new, psi_k),
-            A_avg_k + w * (sA - A_avg_k),
             d2_avg_k + w * (sd2 - d2_avg_k),
         )
 
-    rows = (state.mean, state.d2, state.A, state.psi, state.A_avg, state.d2_avg)
-
-    def pass2(i, arrs):
+    def pass2(i, C):
         lo = i * block
         Xk = lax.dynamic_slice_in_dim(X, lo, block, axis=1)
-        new = update_block(Xk, *(lax.dynamic_slice_in_dim(a, lo, block, axis=0) for a in arrs))
-        return tuple(lax.dynamic_update_slice_in_dim(a, u, lo, axis=0) for a, u in zip(arrs, new))
+        new = update_block(Xk, lax.dynamic_slice_in_dim(C, lo, block, axis=1))
+        return lax.dynamic_update_slice_in_dim(C, new, lo, axis=1)
 
+    cols = state.cols
     if n_full:
-        rows = lax.fori_loop(0, n_full, pass2, rows)
+        cols = lax.fori_loop(0, n_full, pass2, cols)
     if tail:
         lo = n_full * block
-        new = update_block(X[:, lo:], *(a[lo:] for a in rows))
-        rows = new if lo == 0 else tuple(a.at[lo:].set(u) for a, u in zip(rows, new))
-    mean, d2, A, psi, A_avg, d2_avg = rows
-    return EMState(n, n_em, mean, d2, A, psi, B, H, n_avg, A_avg, B_avg, S_avg, d2_avg)
+        new = update_block(X[:, lo:], cols[:, lo:])
+        cols = new if lo == 0 else cols.at[:, lo:].set(new)
+    return EMState(n, n_em, cols, B, H, n_avg, B_avg, S_avg)
 
 
 def em_finalize(state: EMState, psi_floor: float, expansion: bool = False) -> tuple[Array, Array]:
     """(F, psi) from the averaged statistics (one M-step, PX or plain), or the running
     (F = A T(H), psi) before averaging started. F (D,K), psi (D,)."""
-    dtype = state.A.dtype
+    dtype = state.cols.dtype
     var = state.d2_avg
     H = state.S_avg + state.B_avg
     K = H.shape[0]
