@@ -50,7 +50,7 @@ METHODS = ["sklearn", "thesis_em", "thesis_sga", "ours_em"]
 THESIS_T1E5 = {(100, 1000): {"sklearn": 0.0608, "thesis_em": 0.1767, "thesis_sga": 0.2350}}
 
 
-def run(dims, spectra, seeds, t_grid, K=10, log=print):
+def run(dims, spectra, seeds, t_grid, K=10, log=print, checkpoint=None):
     import latentzoo  # noqa: F401
     from sklearn.decomposition import FactorAnalysis
 
@@ -93,6 +93,8 @@ def run(dims, spectra, seeds, t_grid, K=10, log=print):
                                 == (D, spec[1], seed, m)) for m in METHODS}
                 log(f"D={D} spectrum=[1,{spec[1]}] seed={seed} done; seconds "
                     + ", ".join(f"{m} {v:.1f}" for m, v in spent.items()))
+                if checkpoint is not None:
+                    checkpoint(rows)  # a long grid keeps what it has if it is stopped
     return rows
 
 
@@ -151,7 +153,12 @@ def main(argv=None):
     ap.add_argument("--tmax", type=int, default=100000)
     ap.add_argument("--tgrid", type=int, nargs="+", default=None,
                     help="evaluation points T (default 100, 200, 500, ... 100000 up to --tmax)")
+    ap.add_argument("--from-csv", nargs="+", default=None, metavar="RESULTS_CSV",
+                    help="skip the runs: summarise and plot the rows of earlier results.csv files "
+                         "(e.g. the D=100 and D=1000 runs together)")
     a = ap.parse_args(argv)
+    if a.from_csv:
+        return report(_read_rows(a.from_csv), a.out, t0=time.perf_counter())
     if a.quick:
         dims, spectra, seeds, grid = [100], [(1, 10), (1, 10000)], 2, [100, 500, 2000]
     else:
@@ -160,28 +167,75 @@ def main(argv=None):
         spectra = [(1, int(s[1])) for s in spectra]
         grid = sorted(a.tgrid) if a.tgrid else [t for t in T_GRID if t <= a.tmax]
     t0 = time.perf_counter()
-    rows = run(dims, spectra, seeds, grid)
-    summary = summarise(rows)
     os.makedirs(a.out, exist_ok=True)
-    atomic_write_text(os.path.join(a.out, "results.csv"), rows_to_csv(rows))
-    atomic_write_text(os.path.join(a.out, "summary.csv"), rows_to_csv(summary))
-    plot(summary, dims, spectra, "rel_cov_dist", os.path.join(a.out, "fig_5_1_covariance.png"))
-    plot(summary, dims, spectra, "wasserstein", os.path.join(a.out, "fig_5_2_wasserstein.png"))
+    results_csv = os.path.join(a.out, "results.csv")
+    rows = run(dims, spectra, seeds, grid, checkpoint=lambda r: atomic_write_text(results_csv, rows_to_csv(r)))
+    atomic_write_text(results_csv, rows_to_csv(rows))
+    return report(rows, a.out, t0)
+
+
+def _read_rows(paths):
+    import csv
+
+    rows = []
+    for path in paths:
+        try:
+            with open(path, newline="") as fh:
+                for r in csv.DictReader(fh):
+                    rows.append({
+                        "D": int(r["D"]), "spectrum_max": int(float(r["spectrum_max"])), "seed": int(r["seed"]),
+                        "T": int(r["T"]), "method": r["method"], "rel_cov_dist": float(r["rel_cov_dist"]),
+                        "wasserstein": float(r["wasserstein"]), "seconds": float(r["seconds"]),
+                    })
+        except (OSError, KeyError, ValueError) as exc:
+            raise SystemExit(f"error: cannot read results rows from {path}: {exc}") from None
+    return rows
+
+
+def report(rows, out, t0):
+    """summary.csv, the two figures and the T_max table from result rows."""
+    os.makedirs(out, exist_ok=True)
+    dims = sorted({r["D"] for r in rows})
+    spectra = [(1, s) for s in sorted({r["spectrum_max"] for r in rows})]
+    grid = sorted({r["T"] for r in rows})
+    seeds = len({r["seed"] for r in rows})
+    summary = summarise(rows)
+    atomic_write_text(os.path.join(out, "summary.csv"), rows_to_csv(summary))
+    plot(summary, dims, spectra, "rel_cov_dist", os.path.join(out, "fig_5_1_covariance.png"))
+    plot(summary, dims, spectra, "wasserstein", os.path.join(out, "fig_5_2_wasserstein.png"))
 
     Tlast = grid[-1]
-    print(f"\nrelative covariance distance at T={Tlast} (mean +- s.e. over {seeds} seeds; thesis value)")
+    print(f"\nrelative covariance distance at T={Tlast} (mean +- s.e. over up to {seeds} seeds; "
+          "thesis value)")
     print(f"{'D':>5} {'spectrum':>12} " + " ".join(f"{m:>24s}" for m in METHODS))
     for D in dims:
         for s in spectra:
             cells = []
             for m in METHODS:
-                r = [x for x in summary if x["D"] == D and x["spectrum_max"] == s[1] and x["T"] == Tlast
-                     and x["method"] == m and x["metric"] == "rel_cov_dist"][0]
+                sel = [x for x in summary if x["D"] == D and x["spectrum_max"] == s[1] and x["T"] == Tlast
+                       and x["method"] == m and x["metric"] == "rel_cov_dist"]
+                if not sel:
+                    cells.append(f"{'-':>24s}")
+                    continue
+                r = sel[0]
                 pub = THESIS_T1E5.get((D, s[1]), {}).get(m) if Tlast == 100000 else None
                 cell = f"{r['mean']:.4f}+-{r['stderr']:.4f}" + (f" ({pub:.4f})" if pub else "")
                 cells.append(f"{cell:>24s}")
             print(f"{D:>5} {'[1,' + str(s[1]) + ']':>12} " + " ".join(cells))
-    print(f"runtime {time.perf_counter() - t0:.0f} s; outputs in {a.out}")
+    print(f"\nours_em / scikit-learn relative covariance distance at each T (mean over seeds of the ratio)")
+    print(f"{'D':>5} {'spectrum':>12} " + " ".join(f"{T:>8d}" for T in grid))
+    for D in dims:
+        for s in spectra:
+            cells = []
+            for T in grid:
+                pick = lambda m: {r["seed"]: r["rel_cov_dist"] for r in rows  # noqa: E731
+                                  if (r["D"], r["spectrum_max"], r["T"], r["method"]) == (D, s[1], T, m)}
+                ours, sk = pick("ours_em"), pick("sklearn")
+                ratio = [ours[k] / sk[k] for k in ours if k in sk and sk[k] > 0]
+                cells.append(f"{np.mean(ratio):8.3f}" if ratio else f"{'-':>8s}")
+            print(f"{D:>5} {'[1,' + str(s[1]) + ']':>12} " + " ".join(cells))
+    print(f"runtime {time.perf_counter() - t0:.0f} s; outputs in {out}")
+    return summary
 
 
 if __name__ == "__main__":
