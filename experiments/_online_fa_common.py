@@ -56,6 +56,15 @@ def wasserstein2(m1, C1, m2, C2, sqrt_C1=None) -> float:
     return float(np.sqrt(max(w2, 0.0)))
 
 
+def mean_stderr(values) -> tuple[float, float, int]:
+    """(mean, standard error, count) of the finite entries; nan where undefined."""
+    v = np.asarray(values, float)
+    v = v[np.isfinite(v)]
+    mean = float(v.mean()) if v.size else float("nan")
+    se = float(v.std(ddof=1) / np.sqrt(v.size)) if v.size > 1 else float("nan")
+    return mean, se, int(v.size)
+
+
 def rows_to_csv(rows: list[dict]) -> str:
     if not rows:
         return ""

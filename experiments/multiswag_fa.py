@@ -72,7 +72,9 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _online_fa_common import atomic_savefig, atomic_write_text, rows_to_csv  # noqa: E402
+from _online_fa_common import atomic_savefig, atomic_write_text, mean_stderr, rows_to_csv  # noqa: E402
+
+from latentzoo.cli import SentenceArgumentParser, fail  # noqa: E402
 
 METHODS = ["sgd", "swa", "swag_diag", "swag_fa", "ensemble", "multiswa", "multiswag_diag", "multiswag_fa"]
 SINGLE_RUN = {"sgd", "swa", "swag_diag", "swag_fa"}
@@ -85,14 +87,8 @@ class _InputError(ValueError):
     """Bad user input: reported as one sentence on stderr, exit code 2."""
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one sentence, exit 2, no usage dump
-        raise SystemExit(_fail(f"{message[0].upper()}{message[1:]}."))
-
-
 def _fail(message: str) -> int:
-    print(f"{PROG}: {message}", file=sys.stderr)
-    return 2
+    return fail(message, PROG)
 
 
 # ---------------------------------------------------------------------------------- data
@@ -476,17 +472,12 @@ def summarise(rows):
         sel = [r for r in rows if r["method"] == m]
         row = {"method": m}
         for metric in ("rmse", "nll"):
-            v = np.array([r[metric] for r in sel], float)
-            fin = v[np.isfinite(v)]
-            row[f"{metric}_mean"] = float(fin.mean()) if fin.size else float("nan")
-            row[f"{metric}_se"] = float(fin.std(ddof=1) / np.sqrt(fin.size)) if fin.size > 1 else float("nan")
+            row[f"{metric}_mean"], row[f"{metric}_se"], _ = mean_stderr([r[metric] for r in sel])
         # paired over splits: this method minus plain SGD (negative = better than SGD)
         for metric in ("rmse", "nll"):
             base = {r["split"]: r[metric] for r in rows if r["method"] == "sgd"}
-            d = np.array([r[metric] - base[r["split"]] for r in sel], float)
-            d = d[np.isfinite(d)]
-            row[f"{metric}_minus_sgd_mean"] = float(d.mean()) if d.size else float("nan")
-            row[f"{metric}_minus_sgd_se"] = float(d.std(ddof=1) / np.sqrt(d.size)) if d.size > 1 else float("nan")
+            diffs = [r[metric] - base[r["split"]] for r in sel]
+            row[f"{metric}_minus_sgd_mean"], row[f"{metric}_minus_sgd_se"], _ = mean_stderr(diffs)
         row["n_splits"] = len(sel)
         out.append(row)
     return out
@@ -558,7 +549,7 @@ def _json_safe(obj):
 
 
 def main(argv=None):
-    ap = _Parser(prog=PROG, description="MultiSWAG with online factor analysis (thesis purpose)")
+    ap = SentenceArgumentParser(prog=PROG, description="MultiSWAG with online factor analysis (thesis purpose)")
     ap.add_argument("--quick", action="store_true", help="1 split, 5 runs, 120 epochs (about 10 s)")
     ap.add_argument("--data", default=None, help="CSV, target in the last column (default: diabetes)")
     ap.add_argument("--out", default="runs/multiswag_fa")

@@ -99,7 +99,6 @@ thesis' results section (6.2) is empty, so there are no published numbers to com
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import os
@@ -113,10 +112,15 @@ from _online_fa_common import (  # noqa: E402
     _sqrtm_psd,
     atomic_savefig,
     atomic_write_text,
+    mean_stderr,
     relative_covariance_distance,
     rows_to_csv,
     wasserstein2,
 )
+
+from latentzoo.cli import SentenceArgumentParser, fail  # noqa: E402
+
+PROG = "online_fa_linear_regression"
 
 BATCH_SIZE = 32
 WARMUP_EPOCHS = 10
@@ -510,12 +514,9 @@ def summarise(rows):
     for (ds, K, meth, ep) in sorted(groups, key=lambda k: (k[0], k[1], order[k[2]], k[3])):
         sel = groups[(ds, K, meth, ep)]
         for metric in METRICS:
-            v = np.array([r[metric] for r in sel], float)
-            v = v[np.isfinite(v)]
-            se = float(v.std(ddof=1) / np.sqrt(v.size)) if v.size > 1 else float("nan")
+            mean, se, n_finite = mean_stderr([r[metric] for r in sel])
             out.append({"dataset": ds, "K": K, "method": meth, "epoch": ep, "metric": metric,
-                        "mean": float(v.mean()) if v.size else float("nan"), "stderr": se,
-                        "n_finite": int(v.size), "n": len(sel)})
+                        "mean": mean, "stderr": se, "n_finite": n_finite, "n": len(sel)})
     return out
 
 
@@ -623,8 +624,8 @@ def _json_default(o):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(
-        description="Thesis ch. 6: online FA of SGD iterates vs the linear-regression posterior")
+    ap = SentenceArgumentParser(
+        prog=PROG, description="Thesis ch. 6: online FA of SGD iterates vs the linear-regression posterior")
     ap.add_argument("--quick", action="store_true", help="60 epochs, 2 seeds, K=1,2 (a smoke run)")
     ap.add_argument("--data", default=None, help="CSV file, target in the last column (default: sklearn diabetes)")
     ap.add_argument("--out", default="runs/online_fa_linear_regression")
@@ -654,15 +655,13 @@ def main(argv=None):
                 raise InputError(f"{a.data!r} has no data rows.")
         X, y = prepare(np.asarray(X_raw, float), np.asarray(y_raw, float), name, max(ks))
     except InputError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+        raise SystemExit(fail(str(exc), PROG)) from None
 
     t0 = time.perf_counter()
     try:
         rows, info = run(name, X, y, range(seeds), n_epochs, ks, lr=a.lr)
     except InputError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+        raise SystemExit(fail(str(exc), PROG)) from None
     summary = summarise(rows)
     last = max(r["epoch"] for r in rows)
     table = final_table(summary, name, ks, last)

@@ -37,6 +37,7 @@ from _online_fa_common import (  # noqa: E402
     atomic_write_text,
     fa_covariance,
     generate_fa_model,
+    mean_stderr,
     relative_covariance_distance,
     rows_to_csv,
     sample_fa,
@@ -104,12 +105,9 @@ def summarise(rows):
     for D, s, T, m in keys:
         sel = [r for r in rows if (r["D"], r["spectrum_max"], r["T"], r["method"]) == (D, s, T, m)]
         for metric in ("rel_cov_dist", "wasserstein"):
-            v = np.array([r[metric] for r in sel], float)
-            v = v[np.isfinite(v)]
-            se = float(v.std(ddof=1) / np.sqrt(v.size)) if v.size > 1 else float("nan")
+            mean, se, n_finite = mean_stderr([r[metric] for r in sel])
             out.append({"D": D, "spectrum_max": s, "T": T, "method": m, "metric": metric,
-                        "mean": float(v.mean()) if v.size else float("nan"), "stderr": se,
-                        "n_finite": int(v.size), "n": len(sel)})
+                        "mean": mean, "stderr": se, "n_finite": n_finite, "n": len(sel)})
     return out
 
 

@@ -11,20 +11,31 @@ import os
 import sys
 import time
 
-__all__ = ["main"]
+__all__ = ["main", "SentenceArgumentParser", "fail"]
 
 QUICK = dict(chains=4, samples=1000, warmup=300)
 FULL = dict(chains=4, samples=4000, warmup=1000)
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one sentence, exit 2, no usage dump
-        raise SystemExit(_fail(f"{message[0].upper()}{message[1:]}."))
+def fail(message: str, prog: str = "latentzoo") -> int:
+    """Print ``prog: message`` on stderr; return the user-error exit status 2."""
+    print(f"{prog}: {message}", file=sys.stderr)
+    return 2
+
+
+class SentenceArgumentParser(argparse.ArgumentParser):
+    """argparse parser whose usage errors are one sentence on stderr and exit status 2
+    (no usage dump); shared by the CLI and the experiment scripts."""
+
+    def error(self, message):
+        raise SystemExit(fail(f"{message[0].upper()}{message[1:]}.", self.prog))
+
+
+_Parser = SentenceArgumentParser
 
 
 def _fail(message: str) -> int:
-    print(f"latentzoo: {message}", file=sys.stderr)
-    return 2
+    return fail(message)
 
 
 def _build_parser() -> argparse.ArgumentParser:

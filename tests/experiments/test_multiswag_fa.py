@@ -1,22 +1,16 @@
 """Smoke tests for experiments/multiswag_fa.py (MultiSWAG with online factor analysis)."""
 
 import csv
-import importlib.util
 import json
 import math
 import os
 
 import pytest
 
-_SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "experiments", "multiswag_fa.py")
-
 
 @pytest.fixture(scope="module")
-def script():
-    spec = importlib.util.spec_from_file_location("multiswag_fa", os.path.abspath(_SCRIPT))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def script(load_experiment):
+    return load_experiment("multiswag_fa")
 
 
 def test_quick_run_writes_finite_metrics_for_every_method(script, tmp_path):

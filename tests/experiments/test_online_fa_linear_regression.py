@@ -1,22 +1,16 @@
 """Smoke tests for experiments/online_fa_linear_regression.py (thesis ch. 6)."""
 
 import csv
-import importlib.util
 import json
 import math
 import os
 
 import pytest
 
-_SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "experiments", "online_fa_linear_regression.py")
-
 
 @pytest.fixture(scope="module")
-def script():
-    spec = importlib.util.spec_from_file_location("online_fa_linear_regression", os.path.abspath(_SCRIPT))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def script(load_experiment):
+    return load_experiment("online_fa_linear_regression")
 
 
 def test_quick_run_writes_finite_distances(script, tmp_path):
