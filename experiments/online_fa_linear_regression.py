@@ -99,7 +99,6 @@ thesis' results section (6.2) is empty, so there are no published numbers to com
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import sys
@@ -145,46 +144,17 @@ class InputError(Exception):
 
 # ----------------------------------------------------------------------------- data
 def load_csv(path: str) -> tuple[np.ndarray, np.ndarray]:
-    """Numeric CSV, target in the last column, optional header row -> (X (N, P), y (N,))."""
-    if not os.path.exists(path):
-        raise InputError(f"data file {path!r} does not exist.")
-    if not os.path.isfile(path):
-        raise InputError(f"data path {path!r} is not a file.")
+    """Numeric CSV, target in the last column, optional header row -> (X (N, P), y (N,)).
+    Parsing and validation are the package's own (``latentzoo.data.load_matrix``)."""
+    from latentzoo.data import load_matrix
+
     try:
-        with open(path, newline="", encoding="utf-8-sig") as fh:
-            reader = csv.reader(fh)
-            rows, lines = [], []
-            for r in reader:
-                if any(c.strip() for c in r):
-                    rows.append(r)
-                    lines.append(reader.line_num)
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise InputError(f"could not read {path!r} as a CSV text file ({exc}).") from None
-    if not rows:
-        raise InputError(f"{path!r} is empty.")
-
-    def parse(cell):
-        try:
-            return float(cell)
-        except ValueError:
-            return None
-
-    width = len(rows[0])
-    if all(parse(c) is None for c in rows[0]):
-        rows, lines = rows[1:], lines[1:]  # header row
-    data = np.empty((len(rows), width))
-    for i, (r, line) in enumerate(zip(rows, lines)):
-        if len(r) != width:
-            raise InputError(f"{path!r}: line {line} has {len(r)} cells, expected {width}.")
-        for j, c in enumerate(r):
-            v = parse(c)
-            if v is None:
-                raise InputError(f"{path!r}: non-numeric cell {c.strip()!r} on line {line}, column {j + 1}.")
-            data[i, j] = v
-    if not np.all(np.isfinite(data)):
-        i, j = np.argwhere(~np.isfinite(data))[0]
-        raise InputError(f"{path!r}: line {lines[i]}, column {j + 1} is NaN or infinite; remove or impute it.")
-    return data[:, :-1], data[:, -1]
+        M = load_matrix(path)
+    except ValueError as err:
+        raise InputError(str(err)) from None
+    if M.shape[1] < 2:
+        raise InputError(f"{path} has {M.shape[1]} column(s); at least one input column and the target are needed.")
+    return M[:, :-1], M[:, -1]
 
 
 def prepare(X: np.ndarray, y: np.ndarray, name: str, max_k: int) -> tuple[np.ndarray, np.ndarray]:
