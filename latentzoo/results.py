@@ -29,6 +29,12 @@ def staged_run_dir(out_dir: str):
         shutil.rmtree(stage, ignore_errors=True)
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: str, write) -> None:
     """Call ``write(tmp_path)`` on a temporary file beside ``path``, then rename it into place.
 
@@ -41,6 +47,7 @@ def atomic_write(path: str, write) -> None:
     os.close(fd)
     try:
         write(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual new-file mode
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
