@@ -123,31 +123,46 @@ def throughput_child(D, K, n_rows, batch):
     }))
 
 
-def thesis_numpy_throughput(D, K, n_rows, seed=0):
-    """Algorithm 2, one observation at a time, numpy float32 (after warm-up: full updates)."""
-    X = _low_rank_rows(n_rows, D, K, seed=seed)
+def thesis_numpy_throughput(D, K, n_rows, seed=0, warmup=None):
+    """Algorithm 2, one observation at a time, numpy float32: rows per second of full updates.
+
+    The first ``warmup`` rows (default K + 5) only move the running averages, as in the
+    thesis' warm-up, and are not timed: with fewer rows than factors the M-step fits the data
+    exactly and psi = 0, after which every row is nan arithmetic."""
+    warmup = K + 5 if warmup is None else warmup
+    X = _low_rank_rows(n_rows + warmup, D, K, seed=seed)
     rng = np.random.default_rng(seed)
-    F = np.linalg.qr(rng.standard_normal((D, K)).astype(np.float32))[0]
-    psi = np.ones(D, np.float32)
-    mean = np.zeros(D, np.float32)
-    A = np.zeros((D, K), np.float32)
-    B = np.zeros((K, K), np.float32)
-    d2 = np.zeros(D, np.float32)
+    st = {
+        "F": np.linalg.qr(rng.standard_normal((D, K)).astype(np.float32))[0],
+        "psi": np.ones(D, np.float32),
+        "mean": np.zeros(D, np.float32),
+        "A": np.zeros((D, K), np.float32),
+        "B": np.zeros((K, K), np.float32),
+        "d2": np.zeros(D, np.float32),
+    }
+    for t in range(1, warmup + 1):
+        _algorithm2_row(st, X[t - 1], t, K, learn=False)
     t0 = time.perf_counter()
-    for t in range(1, n_rows + 1):
-        x = X[t - 1]
-        mean += (x - mean) / t
-        d = x - mean
-        C = (F / psi[:, None]).T
-        S = np.linalg.inv(np.eye(K, dtype=np.float32) + C @ F)
-        mvec = S @ (C @ d)
-        B += (np.outer(mvec, mvec) - B) / t
-        H = S + B
-        A += (np.outer(d, mvec) - A) / t
-        d2 += (d * d - d2) / t
-        F = A @ np.linalg.inv(H)
-        psi = d2 + np.sum((F @ H) * F - 2 * F * A, axis=1)
+    for t in range(warmup + 1, warmup + n_rows + 1):
+        _algorithm2_row(st, X[t - 1], t, K, learn=True)
     return n_rows / (time.perf_counter() - t0)
+
+
+def _algorithm2_row(st, x, t, K, learn):
+    """Lines 5-15 of Algorithm 2 on the dict of numpy arrays ``st`` (in place)."""
+    st["mean"] += (x - st["mean"]) / t
+    d = x - st["mean"]
+    F, psi = st["F"], st["psi"]
+    C = (F / psi[:, None]).T
+    S = np.linalg.inv(np.eye(K, dtype=np.float32) + C @ F)
+    m = S @ (C @ d)
+    st["B"] += (np.outer(m, m) - st["B"]) / t
+    H = S + st["B"]
+    st["A"] += (np.outer(d, m) - st["A"]) / t
+    st["d2"] += (d * d - st["d2"]) / t
+    if learn:
+        F = st["A"] @ np.linalg.inv(H)
+        st["F"], st["psi"] = F, st["d2"] + np.sum((F @ H) * F - 2 * F * st["A"], axis=1)
 
 
 def accuracy(D, T, seeds, K=10):
