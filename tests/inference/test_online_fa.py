@@ -338,3 +338,20 @@ def test_px_em_converges_when_noise_is_much_smaller_than_signal():
     assert _rel(OnlineFactorAnalysis(3, random_state=0).fit(X).get_covariance(), C0) < 0.02
     plain = OnlineFactorAnalysis(3, random_state=0, parameter_expansion=False).fit(X)
     assert _rel(plain.get_covariance(), C0) > 0.1
+
+
+def test_large_d_initialisation_is_orthonormal_and_fits():
+    """D > 32768 takes the blocked Cholesky-QR initialisation and the blocked step (with a
+    ragged last block): F0 must be orthonormal, the fit finite, in both float widths."""
+    import jax
+
+    from latentzoo.inference import online_fa_kernels as kern
+
+    D = 40_000
+    Q = np.asarray(kern.init_factors(jax.random.PRNGKey(3), D, 4))
+    np.testing.assert_allclose(Q.T @ Q, np.eye(4), atol=1e-12)
+    X = np.random.default_rng(0).standard_normal((64, D))
+    for dtype in (np.float64, np.float32):
+        m = OnlineFactorAnalysis(3, warmup=16, averaging_start=32, random_state=0).fit(X.astype(dtype))
+        assert m.components_.dtype == dtype and m.components_.shape == (3, D)
+        assert np.all(np.isfinite(m.components_)) and np.all(m.noise_variance_ > 0)
