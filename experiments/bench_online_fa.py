@@ -52,19 +52,14 @@ def _rss_kb(field):
     return -1
 
 
-def _aligned_empty(shape, dtype, align=64):
-    """The data as a 64-byte aligned array: XLA then reads each chunk in place (an unaligned
-    chunk costs one chunk-sized copy per ``partial_fit``, 128 MB at D = 10^6, b = 32)."""
-    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
-    raw = np.empty(nbytes + align, np.uint8)
-    off = (-raw.ctypes.data) % align
-    return raw[off : off + nbytes].view(dtype).reshape(shape)
-
-
 def _low_rank_rows(n, D, K, seed, dtype=np.float32):
     rng = np.random.default_rng(seed)
     F = (rng.standard_normal((D, K)) / np.sqrt(K)).astype(dtype)
-    X = _aligned_empty((n, D), dtype)
+    from latentzoo.inference.online_fa import aligned_empty
+
+    # the data 64-byte aligned: XLA then reads each chunk in place (an unaligned chunk costs
+    # one chunk-sized copy per partial_fit, 128 MB at D = 10^6, b = 32)
+    X = aligned_empty((n, D), dtype)
     for i in range(n):  # row by row keeps generation temporaries at O(D)
         X[i] = F @ rng.standard_normal(K).astype(dtype) + rng.standard_normal(D).astype(dtype)
     return X

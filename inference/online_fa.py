@@ -30,7 +30,7 @@ import jax.numpy as jnp
 
 from latentzoo.inference import online_fa_kernels as kern
 
-__all__ = ["OnlineFactorAnalysis"]
+__all__ = ["OnlineFactorAnalysis", "aligned_empty"]
 
 
 # jitted entry points; the configuration is static so one compile serves a whole stream.
@@ -103,8 +103,10 @@ def _all_finite(arr: np.ndarray, chunk_elems: int = 1 << 20) -> bool:
 _ALIGN = 64  # bytes; XLA's CPU client aliases host buffers with this alignment
 
 
-def _aligned_empty(shape, dtype):
-    """Uninitialised C-contiguous array whose data pointer is ``_ALIGN``-byte aligned."""
+def aligned_empty(shape, dtype):
+    """Uninitialised C-contiguous array whose data pointer is ``_ALIGN``-byte aligned.
+
+    ``partial_fit`` reads such chunks in place; others cost one chunk-sized copy."""
     nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
     raw = np.empty(nbytes + _ALIGN, np.uint8)
     offset = (-raw.ctypes.data) % _ALIGN
@@ -338,7 +340,7 @@ class OnlineFactorAnalysis:
         if L * b == n and X.ctypes.data % _ALIGN == 0:
             Xp = X  # aligned, no padding needed: JAX reads the caller's buffer without a copy
         else:
-            Xp = _aligned_empty((L * b, X.shape[1]), X.dtype)
+            Xp = aligned_empty((L * b, X.shape[1]), X.dtype)
             Xp[:n] = X
             Xp[n:] = 0  # padding rows (masked out)
         mask = np.zeros(L * b, X.dtype)

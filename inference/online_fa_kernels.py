@@ -322,20 +322,6 @@ def thesis_sga_step(state: ThesisSGAState, x: Array, warmup: int, lr: float) -> 
 # --------------------------------------------------------------------------------------
 # Batched kernels (default variant)
 # --------------------------------------------------------------------------------------
-def _merge_moments(n, mean, m2, X, mask):
-    """Chan et al. parallel update of the exact running mean and sum of squared deviations."""
-    nb = jnp.sum(mask)
-    n_new = n + nb
-    safe_nb = jnp.maximum(nb, 1.0)
-    bmean = jnp.sum(X * mask[:, None], axis=0) / safe_nb
-    bm2 = jnp.sum(((X - bmean) ** 2) * mask[:, None], axis=0)
-    delta = bmean - mean
-    frac = nb / jnp.maximum(n_new, 1.0)
-    mean_new = mean + delta * frac
-    m2_new = m2 + bm2 + delta * delta * n * frac
-    return nb, n_new, mean_new, m2_new
-
-
 def sga_batch_init(F0: Array) -> SGAState:
     s = thesis_sga_init(F0)
     return SGAState(*s)
@@ -560,16 +546,6 @@ def em_finalize(state: EMState, psi_floor: float, expansion: bool = False) -> tu
 # --------------------------------------------------------------------------------------
 # Scans
 # --------------------------------------------------------------------------------------
-def scan_rows(step, state, X: Array):
-    """Apply a one-observation kernel to each row of X (T,D) with ``lax.scan``."""
-
-    def body(s, x):
-        return step(s, x), None
-
-    state, _ = lax.scan(body, state, X)
-    return state
-
-
 def scan_batches(step, state, Xb: Array, maskb: Array):
     """Apply a batched kernel over Xb (nb,b,D) with masks (nb,b) with ``lax.scan``."""
 
