@@ -22,8 +22,9 @@ import numpy as np  # noqa: E402
 
 import latentzoo  # noqa: E402,F401
 from _binary_common import random_binary_sources, write_json  # noqa: E402
-from latentzoo.inference import cvq_em, noca_em  # noqa: E402
-from latentzoo.inference.noca_bound import noca_bound, noca_exact_loglik  # noqa: E402
+from latentzoo.inference.cvq import em as cvq_em
+from latentzoo.inference import noca_em  # noqa: E402
+from latentzoo.inference.noca.bound import noca_bound, noca_exact_loglik  # noqa: E402
 from latentzoo.models.cvq import simulate_cvq  # noqa: E402
 from latentzoo.models.noca import simulate_noca  # noqa: E402
 

@@ -28,7 +28,7 @@ from numpyro.infer import NUTS
 import latentzoo  # noqa: F401
 from latentzoo.data import default_fa_data
 from latentzoo.fa_runs import fa_loglik
-from latentzoo.inference.fa_gibbs import fa_updates
+from latentzoo.inference.fa.gibbs import fa_updates
 from latentzoo.inference.gibbs import ConjugateGibbs
 from latentzoo.models.factor_analysis import factor_analysis
 from latentzoo.results import atomic_write_text

@@ -55,7 +55,7 @@ def _rss_kb(field):
 def _low_rank_rows(n, D, K, seed, dtype=np.float32):
     rng = np.random.default_rng(seed)
     F = (rng.standard_normal((D, K)) / np.sqrt(K)).astype(dtype)
-    from latentzoo.inference.online_fa import aligned_empty
+    from latentzoo.inference.fa.online import aligned_empty
 
     # the data 64-byte aligned: XLA then reads each chunk in place (an unaligned chunk costs
     # one chunk-sized copy per partial_fit, 128 MB at D = 10^6, b = 32)
@@ -72,7 +72,7 @@ def throughput_child(D, K, n_rows, batch):
     import jax
     import jax.numpy as jnp
 
-    from latentzoo.inference.online_fa import OnlineFactorAnalysis
+    from latentzoo.inference.fa.online import OnlineFactorAnalysis
 
     jnp.zeros(1).block_until_ready()  # start JAX's CPU runtime: its fixed cost is not the fit's
     make = lambda: OnlineFactorAnalysis(  # noqa: E731
@@ -164,7 +164,7 @@ def accuracy(D, T, seeds, K=10):
     import latentzoo  # noqa: F401
     from sklearn.decomposition import FactorAnalysis
 
-    from latentzoo.inference.online_fa import OnlineFactorAnalysis
+    from latentzoo.inference.fa.online import OnlineFactorAnalysis
 
     out = {}
     for spec in SPECTRA:

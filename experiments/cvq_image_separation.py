@@ -25,7 +25,7 @@ import numpy as np  # noqa: E402
 
 import latentzoo  # noqa: E402,F401
 from _binary_common import match_by_correlation, save_figure, show_image, write_csv, write_json  # noqa: E402
-from latentzoo.inference.cvq_em import cvq_bound, cvq_exact_loglik, fit_cvq  # noqa: E402
+from latentzoo.inference.cvq.em import cvq_bound, cvq_exact_loglik, fit_cvq  # noqa: E402
 from latentzoo.models.cvq import bar_sources, simulate_cvq  # noqa: E402
 
 

@@ -208,7 +208,7 @@ def select_weight_decay(Xtr, ytr, cfg, compiled, log):
 
 
 def run_split(split, Xtr, ytr, Xte, yte, cfg, compiled, log):
-    from latentzoo.inference.online_fa import OnlineFactorAnalysis
+    from latentzoo.inference.fa.online import OnlineFactorAnalysis
 
     Xs, ys, Xts, my, sy = standardise(Xtr, ytr, Xte)
     R, S = cfg["runs"], cfg["samples"]
@@ -324,7 +324,8 @@ def fa_provenance():
     import hashlib
     import subprocess
 
-    from latentzoo.inference import online_fa, online_fa_kernels
+    from latentzoo.inference.fa import online as online_fa
+    from latentzoo.inference.fa import online_kernels as online_fa_kernels
 
     out = {}
     files = [online_fa.__file__, online_fa_kernels.__file__]

@@ -32,8 +32,8 @@ import numpy as np  # noqa: E402
 
 import latentzoo  # noqa: E402,F401
 from _binary_common import match_by_linf, save_figure, show_image, write_csv, write_json  # noqa: E402
-from latentzoo.inference.noca_bound import noca_bound, noca_exact_loglik  # noqa: E402
-from latentzoo.inference.noca_em import fit_noca, lam_update, q_update  # noqa: E402
+from latentzoo.inference.noca.bound import noca_bound, noca_exact_loglik  # noqa: E402
+from latentzoo.inference.noca.em import fit_noca, lam_update, q_update  # noqa: E402
 from latentzoo.models.noca import simulate_noca, true_parameters  # noqa: E402
 
 

@@ -226,7 +226,7 @@ def distances(mu, C, post, rS, emp_cov):
 def run(name, X, y, seeds, n_epochs, ks, lr=None, log=print):
     import latentzoo  # noqa: F401
 
-    from latentzoo.inference.online_fa import OnlineFactorAnalysis
+    from latentzoo.inference.fa.online import OnlineFactorAnalysis
 
     prov = provenance()
     t_start = time.perf_counter()
@@ -425,7 +425,8 @@ def provenance():
     import hashlib
     import subprocess
 
-    from latentzoo.inference import online_fa, online_fa_kernels
+    from latentzoo.inference.fa import online as online_fa
+    from latentzoo.inference.fa import online_kernels as online_fa_kernels
 
     out = {"online_fa_path": os.path.dirname(os.path.abspath(online_fa.__file__))}
     try:

@@ -55,7 +55,7 @@ def run(dims, spectra, seeds, t_grid, K=10, log=print, checkpoint=None):
     import latentzoo  # noqa: F401
     from sklearn.decomposition import FactorAnalysis
 
-    from latentzoo.inference.online_fa import OnlineFactorAnalysis
+    from latentzoo.inference.fa.online import OnlineFactorAnalysis
 
     rows = []
     for D in dims:

@@ -30,9 +30,8 @@ import numpy as np
 from numpyro.infer.svi import SVIRunResult
 from tqdm.auto import tqdm
 
-import latentzoo  # noqa: F401  (float64)
 
-__all__ = ["CAVI", "CAVIState", "CoordinateAscent", "ELBODecreaseError"]
+__all__ = ["CAVI", "CAVIState", "CoordinateAscent", "ELBODecreaseError", "VariationalFit"]
 
 
 class ELBODecreaseError(RuntimeError):
@@ -45,6 +44,30 @@ class CoordinateAscent(NamedTuple):
     init: Callable[..., dict]
     update: Callable[..., dict]
     elbo: Callable[..., jax.Array]
+
+
+class VariationalFit(NamedTuple):
+    """What every closed-form ``fit_*`` of the zoo returns (CAVI, EM, variational EM).
+
+    Attributes:
+        result: the driver's ``SVIRunResult`` (``params``, ``state``, ``losses`` = -objective
+            after each sweep).
+        guide: the NumPyro guide the params belong to, so
+            ``Predictive(model, guide=fit.guide, params=fit.params)`` and ``Trace_ELBO`` work.
+        model: the NumPyro model that was fitted.
+    """
+
+    result: SVIRunResult
+    guide: Callable
+    model: Callable
+
+    @property
+    def params(self) -> dict:
+        return self.result.params
+
+    @property
+    def losses(self) -> jax.Array:
+        return self.result.losses
 
 
 class CAVIState(NamedTuple):

@@ -35,7 +35,6 @@ from numpyro.diagnostics import effective_sample_size
 from numpyro.handlers import condition, seed, trace
 from numpyro.infer.util import log_density
 
-import latentzoo  # noqa: F401  (float64)
 
 from .gibbs import read_model
 from .updates import GibbsUpdate

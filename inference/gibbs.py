@@ -43,7 +43,6 @@ from numpyro.infer.mcmc import MCMCKernel
 from numpyro.infer.util import log_density
 from numpyro.util import is_prng_key
 
-import latentzoo  # noqa: F401  (float64)
 
 from .updates import GibbsUpdate, Move, unwrap
 

@@ -31,7 +31,6 @@ import jax
 import jax.numpy as jnp
 import numpyro.distributions as dist
 
-import latentzoo  # noqa: F401  (float64)
 
 __all__ = [
     "GibbsUpdate",

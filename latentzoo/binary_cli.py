@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import numpy as np
 
-import latentzoo  # noqa: F401  (float64)
 
 __all__ = ["fit_binary_model", "default_data", "MODELS", "METHODS"]
 
@@ -58,23 +57,23 @@ def fit_binary_model(
     X = default_data(name, seed) if X is None else X
     if name == "cvq":
         from latentzoo.models.cvq import cvq as model
-        from latentzoo.models.cvq import validate_cvq_data as validate
     else:
         from latentzoo.models.noca import noca as model
-        from latentzoo.models.noca import validate_binary as validate
-    X = validate(X, K)
+    from latentzoo.inference.validation import check_matrix
+
+    X = check_matrix(X, K=K, binary=name == "noca", name=f"{name.upper()} data")
     if method == "em" and K > 16:
         raise ValueError(f"Exact EM enumerates 2^K states and is limited to K <= 16, got K = {K}.")
     if method == "gibbs":
         from numpyro.infer import MCMC
 
         if name == "cvq":
-            from latentzoo.inference.cvq_gibbs import cvq_updates
+            from latentzoo.inference.cvq.gibbs import cvq_updates
             from latentzoo.inference.gibbs import ConjugateGibbs
 
             kernel = ConjugateGibbs(model, cvq_updates())
         else:
-            from latentzoo.inference.noca_mcmc import noca_kernel
+            from latentzoo.inference.noca.mcmc import noca_kernel
 
             if X.shape[0] * K > NOCA_MCMC_MAX_SITES:
                 # DiscreteGibbs re-evaluates the whole model once per binary site and sweep
@@ -99,11 +98,11 @@ def fit_binary_model(
         return {"kind": "mcmc", "mcmc": mcmc, "model": model, "X": X, "model_kwargs": {"K": K}}
     steps = 30 if quick else 300
     if name == "cvq":
-        from latentzoo.inference.cvq_em import fit_cvq
+        from latentzoo.inference.cvq.em import fit_cvq
 
         res = fit_cvq(X, K, method=method, num_steps=steps, seed=seed, restarts=1 if quick else 5)
     else:
-        from latentzoo.inference.noca_em import fit_noca
+        from latentzoo.inference.noca.em import fit_noca
 
         res = fit_noca(X, K, method=method, num_steps=steps, seed=seed, restarts=1 if quick else 3)
     params = {k: np.asarray(v) for k, v in res.params.items()}

@@ -11,6 +11,8 @@ import os
 
 import numpy as np
 
+from latentzoo.inference.validation import check_matrix
+
 __all__ = ["load_matrix", "validate_matrix", "default_fa_data"]
 
 
@@ -80,27 +82,8 @@ def load_matrix(path: str) -> np.ndarray:
 
 
 def validate_matrix(X, *, K: int | None = None, binary: bool = False, name: str = "the data"):
-    """Check an (N, D) numeric matrix; return it as float64. Raises ValueError, one sentence."""
-    X = np.asarray(X)
-    if X.dtype == object or not (np.issubdtype(X.dtype, np.number) or X.dtype == bool):
-        raise ValueError(f"{name} must be numeric, got dtype {X.dtype}.")
-    X = X.astype(np.float64)
-    if X.ndim != 2:
-        raise ValueError(f"{name} must be a 2-D matrix (rows = observations), got shape {X.shape}.")
-    if X.shape[0] < 2:
-        raise ValueError(f"{name} has {X.shape[0]} row(s); at least 2 are needed.")
-    if not np.all(np.isfinite(X)):
-        n_bad = int(np.sum(~np.isfinite(X)))
-        raise ValueError(f"{name} contains {n_bad} NaN or infinite value(s).")
-    if K is not None:
-        if K < 1:
-            raise ValueError(f"K must be at least 1, got {K}.")
-        if K >= X.shape[1]:
-            raise ValueError(f"K={K} must be smaller than the number of columns D={X.shape[1]}.")
-    if binary and not np.all((X == 0) | (X == 1)):
-        raise ValueError(f"{name} must be binary (0/1) for this model.")
-    return X
-
+    """Check an (N, D) numeric matrix; return it as float64 (:func:`check_matrix`)."""
+    return check_matrix(X, K=K, binary=binary, name=name)
 
 def default_fa_data(seed: int = 0, N: int = 500, D: int = 20, K: int = 3) -> np.ndarray:
     """The embedded default: N draws from an FA model with a fixed, well-conditioned truth.

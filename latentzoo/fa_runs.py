@@ -14,7 +14,7 @@ import numpy as np
 from numpyro.infer import MCMC, NUTS, Predictive
 
 from latentzoo import arviz_adapter as azx
-from latentzoo.inference.fa_gibbs import fa_updates
+from latentzoo.inference.fa.gibbs import fa_updates
 from latentzoo.inference.gibbs import ConjugateGibbs
 from latentzoo.models.factor_analysis import factor_analysis
 
@@ -65,7 +65,7 @@ def fit_fa_mcmc(X, *, K, method, chains, samples, warmup, seed, progress_bar=Tru
 
 def fit_fa_point(X, *, K, method, samples, seed, progress_bar=True):
     """CAVI ("vb") or EM ("em"): draws from the fitted guide as a one-chain posterior."""
-    from latentzoo.inference.fa_vb import fit_fa_variational
+    from latentzoo.inference.fa import fit_fa_variational
 
     result, guide = fit_fa_variational(
         np.asarray(X), K, method=method, seed=seed, progress_bar=progress_bar

@@ -1,5 +1,5 @@
 """Back end of ``latentzoo run fa --method online-em|online-sga``: stream a data file through
-:class:`latentzoo.inference.online_fa.OnlineFactorAnalysis` one chunk at a time.
+:class:`latentzoo.inference.fa.online.OnlineFactorAnalysis` one chunk at a time.
 
 Only one chunk of rows is ever held in memory: CSV files are parsed line by line, ``.npy``
 files are memory-mapped and sliced. Outputs are written atomically (temporary file in the
@@ -142,7 +142,7 @@ def run_streaming_fa(
     """
     from tqdm import tqdm
 
-    from latentzoo.inference.online_fa import OnlineFactorAnalysis
+    from latentzoo.inference.fa.online import OnlineFactorAnalysis
 
     if method not in _METHODS:
         raise ValueError(f"method must be one of {sorted(_METHODS)}, got {method!r}.")

@@ -13,9 +13,9 @@ the usual :math:`(2\pi\sigma^2)^{-D/2}\exp(-\lVert x - Ws\rVert^2 / 2\sigma^2)`.
 For the Bayesian version the parameters get the priors in :func:`default_priors`:
 :math:`\pi_k \sim \mathrm{Beta}`, :math:`W_{dk} \sim \mathcal N`, and the noise precision
 :math:`\tau = 1/\sigma^2 \sim \mathrm{Gamma}` (site ``tau``; ``sigma`` is recorded as a
-deterministic site). Variational EM and exact EM (:mod:`latentzoo.inference.cvq_em`) are
+deterministic site). Variational EM and exact EM (:mod:`latentzoo.inference.cvq.em`) are
 maximum-likelihood methods as in the lecture and ignore these priors; the Gibbs sampler
-(:mod:`latentzoo.inference.cvq_gibbs`) uses them.
+(:mod:`latentzoo.inference.cvq.gibbs`) uses them.
 
 Plates: the binary sources sit in nested plates ``N`` (dim -2) x ``K`` (dim -1) because NumPyro's
 ``DiscreteGibbs`` cannot sample ``to_event`` Bernoulli sites; ``X`` sits in ``N`` (dim -2) x ``D``
@@ -29,12 +29,11 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 
-import latentzoo  # noqa: F401  (float64)
+from latentzoo.models.shapes import data_sizes
 
 __all__ = [
     "default_priors",
     "cvq",
-    "validate_cvq_data",
     "complete_log_likelihood",
     "bar_sources",
     "simulate_cvq",
@@ -53,14 +52,6 @@ def default_priors() -> dict[str, dist.Distribution]:
 
 
 # -------------------------------------------------------------------------------- model
-def _sizes(X, N, D):
-    if X is not None:
-        return X.shape[0], X.shape[1]
-    if N is None or D is None:
-        raise ValueError("cvq needs either data X or both sizes N and D.")
-    return N, D
-
-
 def cvq(X=None, *, K: int, N: int | None = None, D: int | None = None, priors=None):
     """Bayesian CVQ as a NumPyro program.
 
@@ -73,7 +64,7 @@ def cvq(X=None, *, K: int, N: int | None = None, D: int | None = None, priors=No
     Sites: ``pi`` (K,), ``W`` (D, K), ``tau`` () = 1/sigma^2, deterministic ``sigma`` (),
     ``s`` (N, K) binary, observed ``X`` (N, D) (one term per entry).
     """
-    N, D = _sizes(X, N, D)
+    N, D = data_sizes(X, N, D, "cvq")
     p = {**default_priors(), **(priors or {})}
     with numpyro.plate("K", K, dim=-1):
         pi = numpyro.sample("pi", p["pi"])
@@ -97,26 +88,6 @@ def complete_log_likelihood(X, s, W, pi, sigma):
     ll = -0.5 * (r * r).sum((-1, -2)) / sigma**2 - 0.5 * X.shape[0] * D * jnp.log(2 * jnp.pi * sigma**2)
     lp = (s * jnp.log(pi) + (1 - s) * jnp.log1p(-pi)).sum((-1, -2))
     return ll + lp
-
-
-# --------------------------------------------------------------------------- validation
-def validate_cvq_data(X, K: int) -> np.ndarray:
-    """Check data for CVQ and return it as a float64 array.
-
-    Raises ``ValueError`` (one sentence naming the problem) for non-2-D data, NaN/inf, fewer than
-    two rows, or a number of sources ``K`` that is not in 1..D-1.
-    """
-    X = np.asarray(X, dtype=np.float64)
-    if X.ndim != 2:
-        raise ValueError(f"CVQ data must be a 2-D array (rows x features), got shape {X.shape}.")
-    if not np.all(np.isfinite(X)):
-        raise ValueError("CVQ data contain NaN or infinite values; remove or impute them first.")
-    N, D = X.shape
-    if N < 2:
-        raise ValueError(f"CVQ needs at least 2 data rows, got {N}.")
-    if not (isinstance(K, (int, np.integer)) and 1 <= K < D):
-        raise ValueError(f"The number of sources K must be an integer with 1 <= K < D = {D}, got {K}.")
-    return X
 
 
 # ------------------------------------------------------------------- synthetic test set

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpyro
 import numpyro.distributions as dist
 
-import latentzoo  # noqa: F401  (float64)
+from latentzoo.models.shapes import data_sizes
 
 
 # ------------------------------------------------------------------------------- priors
@@ -38,14 +38,6 @@ def default_priors() -> dict[str, dist.Distribution]:
 
 
 # -------------------------------------------------------------------------------- model
-def _sizes(X, N, D):
-    if X is not None:
-        return X.shape[0], X.shape[1]
-    if N is None or D is None:
-        raise ValueError("factor_analysis needs either data X or both sizes N and D.")
-    return N, D
-
-
 def factor_analysis(X=None, *, K: int, N: int | None = None, D: int | None = None, priors=None):
     """Bayesian FA as a NumPyro program.
 
@@ -58,7 +50,7 @@ def factor_analysis(X=None, *, K: int, N: int | None = None, D: int | None = Non
     Sites: ``mu`` (D,), ``psi`` (D,), ``W`` (D, K), ``z`` (N, K), observed ``X`` (N, D) with one
     log-likelihood term per row, deterministic ``cov`` (D, D) = W Wᵀ + diag(1/psi).
     """
-    N, D = _sizes(X, N, D)
+    N, D = data_sizes(X, N, D, "factor_analysis")
     p = {**default_priors(), **(priors or {})}
     with numpyro.plate("D", D):
         mu = numpyro.sample("mu", p["mu"])

@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import numpyro
 import numpyro.distributions as dist
 
-import latentzoo  # noqa: F401  (float64)
+from latentzoo.models.shapes import data_sizes
 
 __all__ = ["default_priors", "mfa", "component_means"]
 
@@ -54,14 +54,6 @@ def default_priors() -> dict:
 
 
 # -------------------------------------------------------------------------------- model
-def _sizes(X, N, D):
-    if X is not None:
-        return X.shape[0], X.shape[1]
-    if N is None or D is None:
-        raise ValueError("mfa needs either data X or both sizes N and D.")
-    return N, D
-
-
 def component_means(W, mu, z, c):
     """E[x_n | c_n, z_n] = W_{c_n} z_n + mu_{c_n}. Shapes: W (J, D, K), mu (J, D), z (N, K),
     c (N,) -> (N, D). Gathers per row rather than forming all J means, so it costs N*D*K."""
@@ -83,7 +75,7 @@ def mfa(X=None, *, K: int, J: int, N: int | None = None, D: int | None = None, p
     (N, D) with one log-likelihood term per row, deterministic ``cov`` (J, D, D) =
     W_j W_jᵀ + diag(1/psi).
     """
-    N, D = _sizes(X, N, D)
+    N, D = data_sizes(X, N, D, "mfa")
     p = {**default_priors(), **(priors or {})}
     alpha = jnp.broadcast_to(jnp.asarray(p["pi"], dtype=jnp.result_type(float)), (J,))
     pi = numpyro.sample("pi", dist.Dirichlet(alpha))

@@ -13,7 +13,7 @@ with no active source has finite log-probability; every bound below needs it).
 
 Priors for the Bayesian version (:func:`default_priors`): :math:`\pi_i \sim \mathrm{Beta}`,
 :math:`\theta_{ij} \sim \mathrm{Gamma}`, :math:`\theta_{0j} \sim \mathrm{Gamma}`. Variational EM and
-exact EM (:mod:`latentzoo.inference.noca_em`) are maximum-likelihood, as in the lecture.
+exact EM (:mod:`latentzoo.inference.noca.em`) are maximum-likelihood, as in the lecture.
 
 Shapes: ``pi`` (K,), ``theta`` (K, D) (row i = source i, as :math:`\theta_{ij}`), ``theta0`` (D,),
 ``s`` (N, K) in nested plates ``N`` (dim -2) x ``K`` (dim -1) (``DiscreteGibbs`` cannot sample
@@ -27,13 +27,12 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 
-import latentzoo  # noqa: F401  (float64)
+from latentzoo.models.shapes import data_sizes
 
 __all__ = [
     "default_priors",
     "noca",
     "noisy_or_logits",
-    "validate_binary",
     "shape_sources",
     "simulate_noca",
     "default_noca_data",
@@ -59,14 +58,6 @@ def noisy_or_logits(z):
     return jnp.where(big, z + jnp.log1p(-jnp.exp(-jnp.where(big, z, 20.0))), jnp.log(jnp.expm1(jnp.where(big, 1.0, z))))
 
 
-def _sizes(X, N, D):
-    if X is not None:
-        return X.shape[0], X.shape[1]
-    if N is None or D is None:
-        raise ValueError("noca needs either data X or both sizes N and D.")
-    return N, D
-
-
 def noca(X=None, *, K: int, N: int | None = None, D: int | None = None, priors=None):
     """Bayesian NOCA as a NumPyro program.
 
@@ -76,7 +67,7 @@ def noca(X=None, *, K: int, N: int | None = None, D: int | None = None, priors=N
         N, D: sizes, needed only when ``X`` is None.
         priors: optional dict overriding entries of :func:`default_priors`.
     """
-    N, D = _sizes(X, N, D)
+    N, D = data_sizes(X, N, D, "noca")
     p = {**default_priors(), **(priors or {})}
     with numpyro.plate("K", K, dim=-1):
         pi = numpyro.sample("pi", p["pi"])
@@ -88,28 +79,6 @@ def noca(X=None, *, K: int, N: int | None = None, D: int | None = None, priors=N
         s = numpyro.sample("s", dist.Bernoulli(probs=pi))
     with numpyro.plate("N", N, dim=-2), numpyro.plate("D", D, dim=-1):
         numpyro.sample("X", dist.Bernoulli(logits=noisy_or_logits(theta0 + s @ theta)), obs=X)
-
-
-# --------------------------------------------------------------------------- validation
-def validate_binary(X, K: int) -> np.ndarray:
-    """Check data for NOCA and return them as a float64 array of 0/1.
-
-    Raises ``ValueError`` (one sentence naming the problem) for non-2-D data, NaN/inf, entries
-    other than 0 and 1, fewer than two rows, or ``K`` not in 1..D-1.
-    """
-    X = np.asarray(X, dtype=np.float64)
-    if X.ndim != 2:
-        raise ValueError(f"NOCA data must be a 2-D array (rows x findings), got shape {X.shape}.")
-    if not np.all(np.isfinite(X)):
-        raise ValueError("NOCA data contain NaN or infinite values; remove or impute them first.")
-    if not np.all((X == 0) | (X == 1)):
-        raise ValueError("NOCA data must be binary (every entry 0 or 1); binarise them first.")
-    N, D = X.shape
-    if N < 2:
-        raise ValueError(f"NOCA needs at least 2 data rows, got {N}.")
-    if not (isinstance(K, (int, np.integer)) and 1 <= K < D):
-        raise ValueError(f"The number of sources K must be an integer with 1 <= K < D = {D}, got {K}.")
-    return X
 
 
 # ------------------------------------------------------------------- synthetic test set

@@ -3,7 +3,7 @@
 import jax.numpy as jnp
 import numpyro.distributions as dist
 
-from latentzoo.inference import fa_gibbs
+from latentzoo.inference.fa import gibbs as fa_gibbs
 from latentzoo.inference.updates import GibbsUpdate, Move
 
 # A small problem keeps hundreds of simulations cheap. mu's prior is tightened from the model's

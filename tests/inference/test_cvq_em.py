@@ -7,7 +7,7 @@ import pytest
 from scipy.optimize import linear_sum_assignment
 
 from latentzoo.inference.cavi import CAVI
-from latentzoo.inference.cvq_em import (
+from latentzoo.inference.cvq.em import (
     cvq_bound,
     cvq_e_step,
     cvq_exact_em,
@@ -16,7 +16,7 @@ from latentzoo.inference.cvq_em import (
     cvq_vem,
     fit_cvq,
 )
-from latentzoo.inference.cvq_noca_enumerate import all_states
+from latentzoo.inference.enumerate import all_states
 from latentzoo.models.cvq import complete_log_likelihood, cvq, default_cvq_data
 
 

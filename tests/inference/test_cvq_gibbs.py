@@ -12,7 +12,7 @@ import numpyro.distributions as dist
 import pytest
 from numpyro.infer import MCMC
 
-from latentzoo.inference import cvq_gibbs
+from latentzoo.inference.cvq import gibbs as cvq_gibbs
 from latentzoo.inference.checks import check_conditional, geweke_test, sbc
 from latentzoo.inference.gibbs import ConjugateGibbs
 from latentzoo.inference.updates import GibbsUpdate

@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from latentzoo.inference import fa_gibbs
+from latentzoo.inference.fa import gibbs as fa_gibbs
 from latentzoo.inference.checks import check_conditional, geweke_test, sbc
 from latentzoo.inference.gibbs import ConjugateGibbs
 from latentzoo.models.factor_analysis import factor_analysis

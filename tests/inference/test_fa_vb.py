@@ -13,12 +13,12 @@ from numpyro.handlers import seed, trace
 from numpyro.infer import Predictive, Trace_ELBO
 
 from latentzoo.inference.cavi import CAVI, ELBODecreaseError
-from latentzoo.inference.fa_em import EM_BLOCKS, em_objective, fa_em
-from latentzoo.inference.fa_vb import (
+from latentzoo.inference.fa import fit_fa_variational
+from latentzoo.inference.fa.em import EM_BLOCKS, em_objective, fa_em
+from latentzoo.inference.fa.vb import (
     CAVI_BLOCKS,
     cavi_elbo,
     fa_cavi,
-    fit_fa_variational,
     read_fa_priors,
     sq_resid,
     z_moments,

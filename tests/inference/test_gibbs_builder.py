@@ -10,7 +10,7 @@ import numpyro.distributions as dist
 import pytest
 from numpyro.infer import MCMC, Predictive
 
-from latentzoo.inference import fa_gibbs
+from latentzoo.inference.fa import gibbs as fa_gibbs
 from latentzoo.inference.checks import sbc
 from latentzoo.inference.gibbs import ConjugacyFallbackWarning, ConjugateGibbs
 from latentzoo.models.factor_analysis import factor_analysis

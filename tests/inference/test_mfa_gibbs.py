@@ -22,7 +22,7 @@ from numpyro.infer import MCMC
 from numpyro.infer.util import log_density
 from sklearn.metrics import adjusted_rand_score
 
-from latentzoo.inference import mfa_gibbs as mg
+from latentzoo.inference.mfa import gibbs as mg
 from latentzoo.inference.checks import check_conditional, geweke_test, sbc, simulate
 from latentzoo.inference.gibbs import ConjugateGibbs, read_model
 from latentzoo.inference.updates import GibbsUpdate

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from latentzoo.inference.cavi import CAVI
-from latentzoo.inference.cvq_noca_enumerate import all_states
-from latentzoo.inference.noca_bound import log1mexp, noca_bound, noca_exact_loglik, positive_index
-from latentzoo.inference.noca_em import (
+from latentzoo.inference.enumerate import all_states
+from latentzoo.inference.noca.bound import log1mexp, noca_bound, noca_exact_loglik, positive_index
+from latentzoo.inference.noca.em import (
     fit_noca,
     lam_update,
     noca_exact_em,

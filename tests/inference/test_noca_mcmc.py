@@ -10,7 +10,7 @@ from numpyro.infer import MCMC
 
 from latentzoo.inference.checks import sbc, simulate
 from latentzoo.inference.gibbs import ConjugacyFallbackWarning
-from latentzoo.inference.noca_mcmc import noca_kernel
+from latentzoo.inference.noca.mcmc import noca_kernel
 from latentzoo.models.noca import noca
 
 SMALL = {"K": 2, "N": 6, "D": 3}

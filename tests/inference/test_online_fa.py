@@ -7,7 +7,7 @@ from scipy.stats import multivariate_normal
 import latentzoo  # noqa: F401
 import jax.numpy as jnp
 
-from latentzoo.inference.online_fa import OnlineFactorAnalysis
+from latentzoo.inference.fa.online import OnlineFactorAnalysis
 
 
 def _fa_model(D, K, seed, noise=(0.2, 1.0)):
@@ -132,7 +132,7 @@ def _numpy_algorithm1(X, F, warmup, lr):
 
 
 def _initial_F(model, D):
-    from latentzoo.inference import online_fa_kernels as kern
+    from latentzoo.inference.fa import online_kernels as kern
     import jax
 
     return np.asarray(kern.init_factors(jax.random.PRNGKey(model.random_state), D, model.n_components))
@@ -345,7 +345,7 @@ def test_large_d_initialisation_is_orthonormal_and_fits():
     ragged last block): F0 must be orthonormal, the fit finite, in both float widths."""
     import jax
 
-    from latentzoo.inference import online_fa_kernels as kern
+    from latentzoo.inference.fa import online_kernels as kern
 
     D = 40_000
     Q = np.asarray(kern.init_factors(jax.random.PRNGKey(3), D, 4))

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from latentzoo.inference.online_fa import OnlineFactorAnalysis
+from latentzoo.inference.fa.online import OnlineFactorAnalysis
 from latentzoo.streaming import run_streaming_fa
 
 

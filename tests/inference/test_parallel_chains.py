@@ -14,7 +14,7 @@ SCRIPT = textwrap.dedent(
     from numpyro.infer import MCMC, Predictive
     from latentzoo.models.factor_analysis import factor_analysis
     from latentzoo.inference.gibbs import ConjugateGibbs
-    from latentzoo.inference.fa_gibbs import fa_updates
+    from latentzoo.inference.fa.gibbs import fa_updates
     assert jax.local_device_count() == 4, jax.devices()
     X = Predictive(factor_analysis, num_samples=1)(jax.random.PRNGKey(0), N=50, D=5, K=2)["X"][0]
     mcmc = MCMC(ConjugateGibbs(factor_analysis, fa_updates()), num_warmup=50, num_samples=50,

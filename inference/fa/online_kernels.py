@@ -23,7 +23,6 @@ from __future__ import annotations
 import functools
 from typing import NamedTuple
 
-import latentzoo  # noqa: F401  (enables float64 before any jax array is built)
 import jax
 import jax.numpy as jnp
 from jax import lax

@@ -1,6 +1,6 @@
 r"""Variational EM (Jaakkola-Jordan bound) and exact EM for NOCA, as CAVI recipes.
 
-The bound F is in :mod:`latentzoo.inference.noca_bound`. The lecture stops at a fragment of the
+The bound F is in :mod:`latentzoo.inference.noca.bound`. The lecture stops at a fragment of the
 q update; every update below is derived here from F (derivations in ``docs/models/noca.md``).
 Write :math:`f(z) = \log(1-e^{-z})`, :math:`f'(z) = 1/(e^z-1)`, :math:`f''(z) = -(f' + f'^2)`,
 :math:`h(q) = q f(\theta_0 + \theta/q)` (concave in q: a perspective of a concave function),
@@ -30,7 +30,7 @@ solved for all (i, j) at once by bracketed Newton in :math:`\log\theta` (bisecti
 leaves the bracket), on :math:`[10^{-8}, 50]`, and a solution that does not raise its own
 one-dimensional objective is rejected (guards round-off), so F never decreases.
 
-**Exact EM.** The E-step enumerates the 2^K states (:mod:`~latentzoo.inference.cvq_noca_enumerate`)
+**Exact EM.** The E-step enumerates the 2^K states (:mod:`~latentzoo.inference.enumerate`)
 and keeps :math:`c^1_{sj} = \sum_n p(s\mid x_n) x_{nj}` and :math:`c^0_{sj}`; the expected complete
 log-likelihood of finding j, :math:`\sum_s c^1_{sj} f(z_{sj}) - c^0_{sj} z_{sj}` with
 :math:`z_{sj} = \theta_{0j} + s^\top\theta_{\cdot j}`, is concave in :math:`(\theta_{0j},
@@ -47,12 +47,12 @@ import numpyro
 import numpyro.distributions as dist
 from numpyro.distributions import constraints
 
-import latentzoo  # noqa: F401  (float64)
-from latentzoo.models.noca import noca, validate_binary
+from latentzoo.models.noca import noca
 
-from .cavi import CAVI, CoordinateAscent
-from .cvq_noca_enumerate import all_states, enumerate_posterior
-from .noca_bound import (
+from latentzoo.inference.cavi import CAVI, CoordinateAscent
+from latentzoo.inference.enumerate import all_states, enumerate_posterior
+from latentzoo.inference.validation import check_matrix
+from latentzoo.inference.noca.bound import (
     _Q_TINY,
     dlog1mexp,
     log1mexp,
@@ -326,7 +326,7 @@ def fit_noca(
 ):
     """Fit NOCA by variational EM (``"vem"``) or exact EM (``"em"``), best of ``restarts`` starts
     by final objective. Returns the ``SVIRunResult`` (losses = -objective)."""
-    X = jnp.asarray(validate_binary(X, K))
+    X = jnp.asarray(check_matrix(X, K=K, binary=True, name="NOCA data"))
     num_pos = int(X.sum())
     if method == "vem":
         algo = noca_vem(**algo_kwargs)

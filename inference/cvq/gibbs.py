@@ -24,11 +24,11 @@ import jax
 import jax.numpy as jnp
 import numpyro.distributions as dist
 
-import latentzoo  # noqa: F401  (float64)
 
-from .cvq_noca_enumerate import EnumeratedBinary, all_states
-from .fa_gibbs import gaussian_draw, mvn_from_precision
-from .updates import GibbsUpdate, prior_params, unwrap
+from latentzoo.inference.enumerate import EnumeratedBinary, all_states
+from latentzoo.inference.conjugate import beta_bernoulli_update, gamma_precision_posterior
+from latentzoo.inference.gaussian import gaussian_draw, mvn_from_precision
+from latentzoo.inference.updates import GibbsUpdate, prior_params, unwrap
 
 __all__ = ["cvq_updates", "s_update", "W_update", "pi_update", "tau_update", "ENUM_MAX_K"]
 
@@ -91,20 +91,12 @@ def _W_natural(values, obs, priors):
     return P, b
 
 
-def _pi_conditional(values, obs, priors):
-    s = values["s"]
-    N, K = s.shape
-    a0, b0 = prior_params(priors["pi"], (K,), "concentration1", "concentration0")
-    on = s.sum(0)
-    return {"pi": dist.Beta(a0 + on, b0 + N - on)}
-
-
 def _tau_conditional(values, obs, priors):
     X, s, W = obs["X"], values["s"], values["W"]
     N, D = X.shape
     a0, b0 = prior_params(priors["tau"], (), "concentration", "rate")
     r = X - s @ W.T
-    return {"tau": dist.Gamma(a0 + 0.5 * N * D, b0 + 0.5 * (r * r).sum())}
+    return {"tau": gamma_precision_posterior(a0, b0, N * D, (r * r).sum())}
 
 
 def s_update() -> GibbsUpdate:
@@ -124,7 +116,7 @@ def W_update() -> GibbsUpdate:
 
 
 def pi_update() -> GibbsUpdate:
-    return GibbsUpdate("pi | s", ("pi",), {"pi": BETA, "s": BERNOULLI}, _pi_conditional)
+    return beta_bernoulli_update("pi", "s")
 
 
 def tau_update() -> GibbsUpdate:

@@ -52,11 +52,11 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpyro.distributions as dist
 
-import latentzoo  # noqa: F401  (float64)
 from latentzoo.models.mfa import component_means
 
-from .fa_gibbs import _diag_embed, gaussian_draw, mvn_from_precision
-from .updates import GibbsUpdate, prior_params, unwrap
+from latentzoo.inference.conjugate import dirichlet_categorical_posterior, gamma_precision_posterior, normal_mean_posterior
+from latentzoo.inference.gaussian import diag_embed, gaussian_draw, mvn_from_precision
+from latentzoo.inference.updates import GibbsUpdate, prior_params, unwrap
 
 __all__ = [
     "mfa_updates",
@@ -101,7 +101,7 @@ def _component_precisions(values, priors):
     W, psi = values["W"], values["psi"]
     _, p0 = _z_prior(values, priors)
     WtPsi = jnp.swapaxes(W, -1, -2) * psi  # (J, K, D)
-    return WtPsi @ W + _diag_embed(p0), WtPsi
+    return WtPsi @ W + diag_embed(p0), WtPsi
 
 
 # ---------------------------------------------------------------------- labels and factors
@@ -181,7 +181,7 @@ def _W_natural(values, obs, priors):
     loc0, scale0 = prior_params(priors["W"], (J, D, K), "loc", "scale")
     prec0 = 1.0 / scale0**2
     ZtZ = jnp.einsum("nj,nk,nl->jkl", R, z, z)  # Z_jᵀ Z_j over the rows of component j
-    P = psi[None, :, None, None] * ZtZ[:, None] + _diag_embed(prec0)
+    P = psi[None, :, None, None] * ZtZ[:, None] + diag_embed(prec0)
     XtZ = jnp.einsum("nj,nd,nk->jdk", R, X, z)
     h = psi[None, :, None] * (XtZ - mu[..., None] * (R.T @ z)[:, None, :]) + loc0 * prec0
     return P, h
@@ -200,11 +200,8 @@ def _mu_conditional(values, obs, priors):
     J, D = values["mu"].shape
     R = _onehot(values)
     loc0, scale0 = prior_params(priors["mu"], (J, D), "loc", "scale")
-    prec0 = 1.0 / scale0**2
-    P = prec0 + R.sum(0)[:, None] * psi
     resid_sum = R.T @ X - jnp.einsum("jdk,jk->jd", W, R.T @ z)  # sum_{n in j} (x_n - W_j z_n)
-    h = loc0 * prec0 + psi * resid_sum
-    return {"mu": dist.Normal(h / P, 1.0 / jnp.sqrt(P))}
+    return {"mu": normal_mean_posterior(loc0, scale0**-2, R.sum(0)[:, None] * psi, psi * resid_sum)}
 
 
 def _psi_conditional(values, obs, priors):
@@ -212,12 +209,12 @@ def _psi_conditional(values, obs, priors):
     N, D = X.shape
     a0, b0 = prior_params(priors["psi"], (D,), "concentration", "rate")
     r = X - component_means(values["W"], values["mu"], values["z"], values["c"])
-    return {"psi": dist.Gamma(a0 + 0.5 * N, b0 + 0.5 * (r * r).sum(0))}
+    return {"psi": gamma_precision_posterior(a0, b0, N, (r * r).sum(0))}
 
 
 def _pi_conditional(values, obs, priors):
     alpha = unwrap(priors["pi"]).concentration
-    return {"pi": dist.Dirichlet(alpha + _onehot(values).sum(0))}
+    return {"pi": dirichlet_categorical_posterior(alpha, _onehot(values).sum(0))}
 
 
 # ------------------------------------------------------------------------------ start

@@ -1,7 +1,7 @@
 r"""EM with point loadings (MAP-EM) for Bayesian factor analysis, the batch EM of thesis sec. 4.2
 under the model's priors.
 
-Notation and priors as in :mod:`latentzoo.inference.fa_vb`; here :math:`\theta = (W, \mu, \psi)`
+Notation and priors as in :mod:`latentzoo.inference.fa.vb`; here :math:`\theta = (W, \mu, \psi)`
 are points and only z has a distribution, :math:`q(z_n) = \mathcal N(m_n, S)`.
 
 **Objective** (thesis eq. 4.27 plus the log prior): for any q,
@@ -42,7 +42,7 @@ extended by the bias column.
 the mode of :math:`\mathrm{Gamma}(a_d + N/2, b_d + R_d/2)`. With a flat prior on the variance
 :math:`1/\psi_d` this is the thesis' :math:`\Psi_{dd} = R_d/N` (4.31). The mode exists when
 :math:`a_d + N/2 > 1`, which always holds here: a Gamma shape is positive and the data check
-(:func:`~latentzoo.inference.fa_vb.validate_fa_data`) requires :math:`N \ge 2`.
+(:func:`~latentzoo.inference.fa.vb.validate_fa_data`) requires :math:`N \ge 2`.
 
 Every step maximises :math:`\mathcal F` over its block exactly, so :math:`\mathcal F` never
 decreases, and since the E-step makes the bound tight, neither does :math:`\log p(X, \theta)`.
@@ -56,18 +56,17 @@ import numpyro
 import numpyro.distributions as dist
 from numpyro.distributions import constraints
 
-import latentzoo  # noqa: F401  (float64)
-from latentzoo.models.factor_analysis import _sizes, factor_analysis
+from latentzoo.models.factor_analysis import factor_analysis
+from latentzoo.models.shapes import data_sizes
 
-from .fa_gibbs import _diag_embed, _precision_solve, _z_natural
-from .fa_vb import (
-    LOG_2PI,
+
+from latentzoo.inference.conjugate import gamma_expected_log_prior, normal_expected_log_prior
+from latentzoo.inference.fa.gibbs import z_natural
+from latentzoo.inference.gaussian import LOG_2PI, diag_embed, gaussian_block, precision_solve
+from latentzoo.inference.fa.vb import (
     FAPriors,
     FAVariational,
     coordinate_ascent,
-    gamma_expected_log_prior,
-    gaussian_block,
-    normal_expected_log_prior,
     orthonormal_loadings,
     sq_resid,
     z_moments,
@@ -80,7 +79,7 @@ def em_guide(X=None, *, K, N=None, D=None, priors=None):
     """Point W, mu, psi (``Delta``) and Gaussian q(z). Params: ``W_loc`` (D, K), ``mu_loc`` (D,),
     ``psi_loc`` (D,), ``z_loc`` (N, K), ``z_scale_tril`` (K, K) [or (N, K, K)]. (A param cannot
     share its name with a sample site in NumPyro's trace, hence ``*_loc``.)"""
-    N, D = _sizes(X, N, D)
+    N, D = data_sizes(X, N, D)
     W = numpyro.param("W_loc", jnp.zeros((D, K)))
     mu = numpyro.param("mu_loc", jnp.zeros(D))
     psi = numpyro.param("psi_loc", jnp.ones(D), constraint=constraints.positive)
@@ -102,7 +101,7 @@ def em_e_step(params, X, pri: FAPriors) -> dict:
         "mu": params["mu_loc"],
         "psi": params["psi_loc"],
     }
-    m, T = gaussian_block(*_z_natural(values, {"X": X}, pri.dists))
+    m, T = gaussian_block(*z_natural(values, {"X": X}, pri.dists))
     return {**params, "z_loc": m, "z_scale_tril": T}
 
 
@@ -117,9 +116,9 @@ def em_W_mu(params, X, pri: FAPriors) -> dict:
     G = G.at[:-1, :-1].add(Sz_sum)  # E[z z^T] = m m^T + S in the z block; the 1 is exact
     prec0 = jnp.concatenate([pri.W_prec, pri.mu_prec[:, None]], axis=1)  # (D, K+1)
     loc0 = jnp.concatenate([pri.W_loc, pri.mu_loc[:, None]], axis=1)
-    P = psi[:, None, None] * G + _diag_embed(prec0)
+    P = psi[:, None, None] * G + diag_embed(prec0)
     b = psi[:, None] * (X.T @ m1) + prec0 * loc0
-    _, w = _precision_solve(P, b)
+    _, w = precision_solve(P, b)
     return {**params, "W_loc": w[:, :-1], "mu_loc": w[:, -1]}
 
 

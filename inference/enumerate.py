@@ -23,7 +23,6 @@ import numpy as np
 import numpyro.distributions as dist
 from numpyro.distributions import constraints
 
-import latentzoo  # noqa: F401  (float64)
 
 __all__ = ["MAX_EXACT_K", "all_states", "EnumStats", "enumerate_posterior", "EnumeratedBinary"]
 

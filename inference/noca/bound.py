@@ -40,9 +40,8 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.special import xlog1py, xlogy
 
-import latentzoo  # noqa: F401  (float64)
 
-from .cvq_noca_enumerate import all_states, enumerate_posterior
+from latentzoo.inference.enumerate import all_states, enumerate_posterior
 
 __all__ = [
     "log1mexp",
@@ -92,7 +91,7 @@ def _entropy(lam):
 
 def noca_bound(params, X, *, num_pos: int):
     """The bound F (a scalar) at params {pi_loc (K,), theta_loc (K, D), theta0_loc (D,), lam (N, K),
-    q (P, K)} (the keys of :func:`~latentzoo.inference.noca_em.noca_guide`)."""
+    q (P, K)} (the keys of :func:`~latentzoo.inference.noca.em.noca_guide`)."""
     pi, theta, theta0, lam, q = (params[k] for k in ("pi_loc", "theta_loc", "theta0_loc", "lam", "q"))
     rows, cols = positive_index(X, num_pos)
     prior = (xlogy(lam, pi) + xlog1py(1.0 - lam, -pi) + _entropy(lam)).sum()

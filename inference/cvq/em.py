@@ -30,7 +30,7 @@ setting :math:`\partial F/\partial W = 0` gives the K linear equations
 then :math:`\sigma^2 = \frac1{ND}\sum_n\langle\lVert x_n - W s_n\rVert^2\rangle`.
 
 **Exact EM** replaces Q by the exact posterior over the 2^K states
-(:mod:`~latentzoo.inference.cvq_noca_enumerate`); the M-step is the same with the exact
+(:mod:`~latentzoo.inference.enumerate`); the M-step is the same with the exact
 :math:`E[s_n]` and :math:`\sum_n E[s_n s_n^\top]`, and the reported objective is the exact
 log-likelihood :math:`\log p(X\mid W,\pi,\sigma)`, which EM never decreases.
 
@@ -50,11 +50,11 @@ import numpyro.distributions as dist
 from jax.scipy.special import xlog1py, xlogy
 from numpyro.distributions import constraints
 
-import latentzoo  # noqa: F401  (float64)
-from latentzoo.models.cvq import cvq, validate_cvq_data
+from latentzoo.models.cvq import cvq
 
-from .cavi import CAVI, CoordinateAscent
-from .cvq_noca_enumerate import all_states, enumerate_posterior
+from latentzoo.inference.cavi import CAVI, CoordinateAscent
+from latentzoo.inference.enumerate import all_states, enumerate_posterior
+from latentzoo.inference.validation import check_matrix
 
 __all__ = [
     "cvq_guide",
@@ -238,7 +238,7 @@ def fit_cvq(
 ):
     """Fit CVQ by variational EM (``"vem"``) or exact EM (``"em"``); keep the best of
     ``restarts`` random starts by final objective. Returns the ``SVIRunResult`` (losses = -objective)."""
-    X = jnp.asarray(validate_cvq_data(X, K))
+    X = jnp.asarray(check_matrix(X, K=K, name="CVQ data"))
     if method == "vem":
         algo = cvq_vem(e_sweeps)
     elif method == "em":

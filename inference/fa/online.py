@@ -3,7 +3,7 @@
 ``OnlineFactorAnalysis`` fits ``theta ~ N(c, F F^T + diag(psi))`` one row or one batch at a
 time with O(D K) memory, following Brownlie (2021), "Extending the Bayesian Deep Learning
 Method MultiSWAG", ch. 4 (Algorithm 1: online SGA; Algorithm 2: online EM). The update
-rules live in :mod:`latentzoo.inference.online_fa_kernels` as pure functions; this module
+rules live in :mod:`latentzoo.inference.fa.online_kernels` as pure functions; this module
 holds input validation, batching/padding and the fitted-attribute interface.
 
 Variants
@@ -24,11 +24,10 @@ import numbers
 
 import numpy as np
 
-import latentzoo  # noqa: F401  (float64 on)
 import jax
 import jax.numpy as jnp
 
-from latentzoo.inference import online_fa_kernels as kern
+from latentzoo.inference.fa import online_kernels as kern
 
 __all__ = ["OnlineFactorAnalysis", "aligned_empty"]
 
@@ -160,7 +159,7 @@ class OnlineFactorAnalysis:
         weak-factor problems (2.6x scikit-learn's error -> 0.9x at D = 1000, spectrum [1, 10]).
     block_size : int, None or "auto"
         Features per block in the default EM's two passes over D (see
-        :func:`~latentzoo.inference.online_fa_kernels.em_batch_step`); the result does not
+        :func:`~latentzoo.inference.fa.online_kernels.em_batch_step`); the result does not
         depend on it beyond round-off. None: one block. "auto": 8192 when D > 32768 (fastest
         of 2^11..2^18 at D = 10^6, K = 20 on a 2-core CPU, and temporaries stay small),
         else one block.

@@ -32,7 +32,7 @@ collect the terms in the block and read off the natural parameters):
 
 - (U1) :math:`q(z_n)`: precision :math:`P = \mathrm{diag}(\lambda^z) + M^\top\mathrm{diag}(\bar\psi)M
   + \sum_d \bar\psi_d S_d`, mean :math:`P^{-1}[\lambda^z m^z + M^\top\mathrm{diag}(\bar\psi)(x_n - \nu)]`.
-  The Gibbs conditional (:mod:`~latentzoo.inference.fa_gibbs`) at :math:`W = M, \psi = \bar\psi,
+  The Gibbs conditional (:mod:`~latentzoo.inference.fa.gibbs`) at :math:`W = M, \psi = \bar\psi,
   \mu = \nu`, plus the term :math:`\sum_d \bar\psi_d S_d` from :math:`\mathbb E[w_d w_d^\top]`.
 - (U2) :math:`q(w_d)`: precision :math:`P_d = \mathrm{diag}(\lambda^W_d) + \bar\psi_d \Sigma_{zz}`,
   mean :math:`P_d^{-1}[\lambda^W_d m^W_d + \bar\psi_d \sum_n m_n (x_{nd} - \nu_d)]`.
@@ -59,7 +59,7 @@ collect the terms in the block and read off the natural parameters):
 Covariances are stored as Cholesky factors of the covariance (``*_scale_tril``), obtained from the
 precision by triangular solves (:func:`numpyro.distributions.util.cholesky_of_inverse`), and the
 means from that factor (:func:`gaussian_block`). Full derivation and the
-EM variant: ``docs/models/fa_variational.md`` and :mod:`latentzoo.inference.fa_em`.
+EM variant: ``docs/models/fa_variational.md`` and :mod:`latentzoo.inference.fa.em`.
 """
 
 from __future__ import annotations
@@ -72,32 +72,34 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
-from jax.scipy.special import digamma, gammaln
 from numpyro.distributions import constraints
-from numpyro.distributions.util import cholesky_of_inverse
 
-import latentzoo  # noqa: F401  (float64)
-from latentzoo.models.factor_analysis import _sizes, factor_analysis
+from latentzoo.models.factor_analysis import factor_analysis
+from latentzoo.models.shapes import data_sizes
 
-from .cavi import CAVI, CoordinateAscent
-from .fa_gibbs import _mu_conditional, _W_natural, _z_natural
-from .gibbs import read_model
-from .updates import prior_params, unwrap
+from latentzoo.inference.cavi import CAVI, CoordinateAscent
+from latentzoo.inference.conjugate import (
+    gamma_entropy,
+    gamma_expected_log_prior,
+    gamma_moments,
+    normal_expected_log_prior,
+)
+from latentzoo.inference.fa.gibbs import W_natural, mu_conditional, z_natural
+from latentzoo.inference.gaussian import LOG_2PI, cov_from_tril, gaussian_block, gaussian_entropy
+from latentzoo.inference.gibbs import read_model
+from latentzoo.inference.updates import prior_params, unwrap
+from latentzoo.inference.validation import check_matrix
 
 __all__ = [
     "FAPriors",
     "FAVariational",
-    "FAFit",
     "read_fa_priors",
     "validate_fa_data",
     "coordinate_ascent",
     "cavi_guide",
     "cavi_elbo",
     "fa_cavi",
-    "fit_fa_variational",
 ]
-
-LOG_2PI = float(np.log(2.0 * np.pi))
 
 # The families the closed-form updates are derived for (the likelihood site "X" included).
 FAMILIES = {
@@ -135,7 +137,7 @@ def read_fa_priors(model, X, *, K, N=None, D=None, priors=None) -> FAPriors:
     Raises ValueError naming the site when a prior (or the likelihood) is not of the family the
     closed-form updates assume (:data:`FAMILIES`).
     """
-    N, D = _sizes(X, N, D)
+    N, D = data_sizes(X, N, D)
     # Any values do: the FA priors do not depend on other latent sites; substituting them just
     # spares the trace from sampling.
     values = {
@@ -165,20 +167,11 @@ def read_fa_priors(model, X, *, K, N=None, D=None, priors=None) -> FAPriors:
 
 def validate_fa_data(X, K) -> np.ndarray:
     """Check FA data and return it as float64: one-sentence ValueError for non-2-D data, NaN or
-    inf, fewer than 2 rows, or K not an integer in 1..D-1 (:func:`latentzoo.data.validate_matrix`)."""
-    from latentzoo.data import validate_matrix
-
-    if not isinstance(K, (int, np.integer)):
-        raise ValueError(f"The number of factors K must be an integer, got {K!r}.")
-    return validate_matrix(X, K=int(K), name="FA data")
+    inf, fewer than 2 rows, or K not an integer in 1..D-1 (:func:`latentzoo.inference.validation.check_matrix`)."""
+    return check_matrix(X, K=K, name="FA data")
 
 
 # ------------------------------------------------------------------------- shared algebra
-def cov_from_tril(T):
-    """S = T Tᵀ for a (..., K, K) Cholesky factor."""
-    return T @ jnp.swapaxes(T, -1, -2)
-
-
 def z_moments(T, N):
     """Moments of q(z) from its scale_tril ``T`` ((K, K) shared by rows, or (N, K, K)).
 
@@ -207,38 +200,6 @@ def sq_resid(X, m, Sz_sum, W, mu, S_W=None, v_mu=None):
     if v_mu is not None:
         extra = extra + X.shape[0] * v_mu
     return point, extra
-
-
-def normal_expected_log_prior(loc0, prec0, mean, var):
-    """E_q[log N(theta; loc0, 1/prec0)] elementwise for q with this mean and variance (var = 0: the
-    log density at a point)."""
-    return 0.5 * (jnp.log(prec0) - LOG_2PI) - 0.5 * prec0 * ((mean - loc0) ** 2 + var)
-
-
-def gamma_expected_log_prior(a, b, E_psi, E_log_psi):
-    """E_q[log Gamma(psi; a, b)] elementwise given E[psi] and E[log psi]."""
-    return a * jnp.log(b) - gammaln(a) + (a - 1.0) * E_log_psi - b * E_psi
-
-
-def gaussian_entropy(T):
-    """Entropy of N(., T Tᵀ) for a (..., K, K) scale_tril, summed over the batch."""
-    K = T.shape[-1]
-    batch = int(np.prod(T.shape[:-2]))
-    return batch * 0.5 * K * (1.0 + LOG_2PI) + jnp.log(jnp.diagonal(T, axis1=-2, axis2=-1)).sum()
-
-
-def gaussian_block(P, b):
-    """q with precision P (K, K) or (..., K, K) and mean P^{-1} b (..., K): returns ``(mean,
-    scale_tril)``, T the Cholesky factor of P^{-1} found by triangular solves against the identity
-    (no explicit inverse), and mean = T (Tᵀ b).
-
-    Why not :func:`~latentzoo.inference.fa_gibbs._precision_solve`: for one shared K x K P and
-    N rows it runs a triangular solve with N right-hand sides, which XLA on CPU executes ~300x
-    slower than these two K x K products (40 ms vs 0.1 ms at N = 2000, K = 2), and q needs T anyway.
-    """
-    T = cholesky_of_inverse(P)
-    u = jnp.einsum("...lk,...l->...k", T, b)  # Tᵀ b, rows broadcast against a shared T
-    return jnp.einsum("...kl,...l->...k", T, u), T
 
 
 def orthonormal_loadings(key, X, K):
@@ -291,7 +252,7 @@ def cavi_guide(X=None, *, K, N=None, D=None, priors=None):
     """Mean-field guide. Params: ``z_loc`` (N, K), ``z_scale_tril`` (K, K) [or (N, K, K)],
     ``W_loc`` (D, K), ``W_scale_tril`` (D, K, K), ``mu_loc``, ``mu_scale``, ``psi_concentration``,
     ``psi_rate`` (D,). Sites as in the model: ``mu``, ``psi``, ``W`` (plate D), ``z`` (plate N)."""
-    N, D = _sizes(X, N, D)
+    N, D = data_sizes(X, N, D)
     eye = jnp.eye(K)
     z_loc = numpyro.param("z_loc", jnp.zeros((N, K)))
     z_tril = numpyro.param("z_scale_tril", eye, constraint=constraints.lower_cholesky)
@@ -313,16 +274,14 @@ def cavi_guide(X=None, *, K, N=None, D=None, priors=None):
 
 # ----------------------------------------------------------------------------- CAVI blocks
 def _psi_moments(params):
-    a, b = params["psi_concentration"], params["psi_rate"]
-    return a / b, digamma(a) - jnp.log(b)
-
+    return gamma_moments(params["psi_concentration"], params["psi_rate"])
 
 def cavi_z(params, X, pri: FAPriors) -> dict:
     """(U1): q(z_n) given q(W), q(mu), q(psi). The Gibbs natural parameters at the means, plus
     sum_d E[psi_d] S_d, which E[w_d w_dᵀ] = M_d M_dᵀ + S_d adds to the precision."""
     E_psi, _ = _psi_moments(params)
     values = {"z": params["z_loc"], "W": params["W_loc"], "mu": params["mu_loc"], "psi": E_psi}
-    P, b = _z_natural(values, {"X": X}, pri.dists)
+    P, b = z_natural(values, {"X": X}, pri.dists)
     P = P + jnp.einsum("d,dkl->kl", E_psi, cov_from_tril(params["W_scale_tril"]))
     m, T = gaussian_block(P, b)
     return {**params, "z_loc": m, "z_scale_tril": T}
@@ -334,7 +293,7 @@ def cavi_W(params, X, pri: FAPriors) -> dict:
     N = X.shape[0]
     Sz_sum, _, _ = z_moments(params["z_scale_tril"], N)
     values = {"z": params["z_loc"], "W": params["W_loc"], "mu": params["mu_loc"], "psi": E_psi}
-    P, b = _W_natural(values, {"X": X}, pri.dists)
+    P, b = W_natural(values, {"X": X}, pri.dists)
     M, T = gaussian_block(P + E_psi[:, None, None] * Sz_sum, b)
     return {**params, "W_loc": M, "W_scale_tril": T}
 
@@ -343,7 +302,7 @@ def cavi_mu(params, X, pri: FAPriors) -> dict:
     """(U3): q(mu_d) is the Gibbs conditional at E[w_d^T z_n] = M_d^T m_n and E[psi_d]."""
     E_psi, _ = _psi_moments(params)
     values = {"z": params["z_loc"], "W": params["W_loc"], "psi": E_psi}
-    q = _mu_conditional(values, {"X": X}, pri.dists)["mu"]
+    q = mu_conditional(values, {"X": X}, pri.dists)["mu"]
     return {**params, "mu_loc": q.loc, "mu_scale": q.scale}
 
 
@@ -393,7 +352,7 @@ def cavi_elbo(params, X, pri: FAPriors) -> jax.Array:
         0.5 * N * K * (1.0 + LOG_2PI) + 0.5 * z_logdet  # q(z): N Gaussians (shared S or not)
         + gaussian_entropy(W_tril)
         + (0.5 * (1.0 + LOG_2PI) + jnp.log(params["mu_scale"])).sum()
-        + (a - jnp.log(b) + gammaln(a) + (1.0 - a) * digamma(a)).sum()
+        + gamma_entropy(a, b).sum()
     )
     return loglik + log_prior + entropy
 
@@ -430,48 +389,3 @@ def fa_cavi(model=factor_analysis, blocks: dict[str, Block] | None = None) -> FA
     """
     blocks = dict(CAVI_BLOCKS if blocks is None else blocks)
     return FAVariational(cavi_guide, coordinate_ascent(model, blocks, cavi_init, cavi_elbo), blocks)
-
-
-# ------------------------------------------------------------------------------ front door
-class FAFit(NamedTuple):
-    """What :func:`fit_fa_variational` returns: the run and the guide its params belong to."""
-
-    result: numpyro.infer.svi.SVIRunResult
-    guide: Callable
-
-
-def fit_fa_variational(
-    X,
-    K: int,
-    method: str = "vb",
-    num_steps: int = 1000,
-    seed: int = 0,
-    progress_bar: bool = False,
-    init_params=None,
-    *,
-    model=factor_analysis,
-    priors=None,
-    rtol: float = 1e-9,
-) -> FAFit:
-    """Fit FA by mean-field CAVI (``method="vb"``) or MAP-EM with point W, mu, psi (``"em"``).
-
-    Runs up to ``num_steps`` sweeps (stopping when the relative objective change < ``rtol``) under
-    the driver's ELBO-decrease check. Returns ``FAFit(result, guide)``: ``result`` is the
-    ``SVIRunResult`` (losses = -objective); ``Predictive(model, guide=guide, params=result.params)``
-    gives the posterior predictive.
-    """
-    X = jnp.asarray(validate_fa_data(X, K))
-    if method == "vb":
-        fa = fa_cavi(model)
-    elif method == "em":
-        from .fa_em import fa_em  # fa_em builds on this module's helpers
-
-        fa = fa_em(model)
-    else:
-        raise ValueError(f"Unknown FA variational method {method!r}; use 'vb' or 'em'.")
-    runner = CAVI(model, fa.guide, fa.algorithm, on_decrease="raise")
-    result = runner.run(
-        jax.random.PRNGKey(seed), num_steps, X, K=K, priors=priors,
-        progress_bar=progress_bar, init_params=init_params, rtol=rtol,
-    )
-    return FAFit(result, fa.guide)

@@ -43,9 +43,10 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpyro.distributions as dist
 
-import latentzoo  # noqa: F401  (float64)
 
-from .updates import GibbsUpdate, Move, elementwise_log_prob, prior_params, unwrap
+from latentzoo.inference.conjugate import gamma_precision_posterior, normal_mean_posterior
+from latentzoo.inference.gaussian import diag_embed, gaussian_draw, mvn_from_precision
+from latentzoo.inference.updates import GibbsUpdate, Move, elementwise_log_prob, prior_params, unwrap
 
 __all__ = [
     "fa_updates",
@@ -56,51 +57,17 @@ __all__ = [
     "scale_move",
     "shift_move",
     "shear_move",
-    "mvn_from_precision",
-    "gaussian_draw",
+    "z_natural",
+    "W_natural",
+    "mu_conditional",
+    "psi_conditional",
 ]
 
 NORMAL = (dist.Normal,)
 GAMMA = (dist.Gamma,)
 
 
-def _precision_solve(P, b):
-    """Cholesky factor L of P and the mean P^{-1} b. ``P`` is (K, K) shared by every row of
-    ``b`` (..., K), or batched like ``b``. For a shared P the K x K inverse factor L^{-1} is
-    formed once and applied to all rows as a matrix product: XLA's CPU triangular solve with a
-    wide right-hand side is two orders of magnitude slower than the product."""
-    L = jnp.linalg.cholesky(P)
-    if P.ndim == 2:
-        L_inv = jsl.solve_triangular(L, jnp.eye(P.shape[-1], dtype=P.dtype), lower=True)
-        mean = (b @ L_inv.T) @ L_inv  # rows of b times P^{-1} = L^{-T} L^{-1}
-        return L_inv, mean
-    mean = jsl.cho_solve((L, True), b[..., None])[..., 0]
-    return L, mean
-
-
-def mvn_from_precision(P, b):
-    """The Gaussian with precision ``P`` and mean ``P^{-1} b`` as a NumPyro distribution (for
-    checks and for users; the sweeps use :func:`gaussian_draw`, the same law)."""
-    _, mean = _precision_solve(P, b)
-    return dist.MultivariateNormal(mean, precision_matrix=P)
-
-
-def gaussian_draw(key, P, b):
-    """A draw from N(P^{-1} b, P^{-1}): mean + L^{-T} eps with P = L Lᵀ (no explicit inverse of
-    P; for a shared K x K precision the K x K triangular inverse is applied as a product)."""
-    factor, mean = _precision_solve(P, b)
-    eps = jax.random.normal(key, b.shape, dtype=b.dtype)
-    if P.ndim == 2:
-        return mean + eps @ factor  # rows: (L^{-T} e)ᵀ = eᵀ L^{-1}
-    noise = jsl.solve_triangular(jnp.swapaxes(factor, -1, -2), eps[..., None], lower=False)[..., 0]
-    return mean + noise
-
-
-def _diag_embed(v):
-    return v[..., :, None] * jnp.eye(v.shape[-1], dtype=v.dtype)
-
-
-def _z_natural(values, obs, priors):
+def z_natural(values, obs, priors):
     X, W, mu, psi = obs["X"], values["W"], values["mu"], values["psi"]
     N, K = values["z"].shape
     base = unwrap(priors["z"])
@@ -110,18 +77,18 @@ def _z_natural(values, obs, priors):
     b = (X - mu) @ WtPsi.T + loc0 * prec0  # (N, K)
     A = WtPsi @ W
     if jnp.ndim(prec0) <= 1:  # prior shared by all rows: one K x K factorisation
-        P = A + _diag_embed(jnp.broadcast_to(prec0, (K,)))
+        P = A + diag_embed(jnp.broadcast_to(prec0, (K,)))
     else:
-        P = A + _diag_embed(jnp.broadcast_to(prec0, (N, K)))
+        P = A + diag_embed(jnp.broadcast_to(prec0, (N, K)))
     return P, b
 
 
-def _W_natural(values, obs, priors):
+def W_natural(values, obs, priors):
     X, z, mu, psi = obs["X"], values["z"], values["mu"], values["psi"]
     D, K = values["W"].shape
     loc0, scale0 = prior_params(priors["W"], (D, K), "loc", "scale")
     prec0 = 1.0 / scale0**2
-    P = psi[:, None, None] * (z.T @ z) + _diag_embed(prec0)  # (D, K, K)
+    P = psi[:, None, None] * (z.T @ z) + diag_embed(prec0)  # (D, K, K)
     b = psi[:, None] * ((X - mu).T @ z) + loc0 * prec0  # (D, K)
     return P, b
 
@@ -138,22 +105,19 @@ def _gaussian_update(name, site, requires, natural):
     return GibbsUpdate(name, (site,), requires, conditional, draw)
 
 
-def _mu_conditional(values, obs, priors):
+def mu_conditional(values, obs, priors):
     X, z, W, psi = obs["X"], values["z"], values["W"], values["psi"]
     N, D = X.shape
     loc0, scale0 = prior_params(priors["mu"], (D,), "loc", "scale")
-    prec0 = 1.0 / scale0**2
-    P = prec0 + N * psi
-    b = loc0 * prec0 + psi * (X - z @ W.T).sum(0)
-    return {"mu": dist.Normal(b / P, 1.0 / jnp.sqrt(P))}
+    return {"mu": normal_mean_posterior(loc0, scale0**-2, N * psi, psi * (X - z @ W.T).sum(0))}
 
 
-def _psi_conditional(values, obs, priors):
+def psi_conditional(values, obs, priors):
     X, z, W, mu = obs["X"], values["z"], values["W"], values["mu"]
     N, D = X.shape
     a0, b0 = prior_params(priors["psi"], (D,), "concentration", "rate")
     r = X - z @ W.T - mu
-    return {"psi": dist.Gamma(a0 + 0.5 * N, b0 + 0.5 * (r * r).sum(0))}
+    return {"psi": gamma_precision_posterior(a0, b0, N, (r * r).sum(0))}
 
 
 def _scale_step(key, values, obs, priors, jacobian_power=None):
@@ -220,19 +184,19 @@ def _shear_step(key, values, obs, priors):
 
 
 def z_update() -> GibbsUpdate:
-    return _gaussian_update("z | W, mu, psi", "z", {"z": NORMAL, "X": NORMAL}, _z_natural)
+    return _gaussian_update("z | W, mu, psi", "z", {"z": NORMAL, "X": NORMAL}, z_natural)
 
 
 def W_update() -> GibbsUpdate:
-    return _gaussian_update("W | z, mu, psi (rows)", "W", {"W": NORMAL, "X": NORMAL}, _W_natural)
+    return _gaussian_update("W | z, mu, psi (rows)", "W", {"W": NORMAL, "X": NORMAL}, W_natural)
 
 
 def mu_update() -> GibbsUpdate:
-    return GibbsUpdate("mu | z, W, psi", ("mu",), {"mu": NORMAL, "X": NORMAL}, _mu_conditional)
+    return GibbsUpdate("mu | z, W, psi", ("mu",), {"mu": NORMAL, "X": NORMAL}, mu_conditional)
 
 
 def psi_update() -> GibbsUpdate:
-    return GibbsUpdate("psi | z, W, mu", ("psi",), {"psi": GAMMA, "X": NORMAL}, _psi_conditional)
+    return GibbsUpdate("psi | z, W, mu", ("psi",), {"psi": GAMMA, "X": NORMAL}, psi_conditional)
 
 
 def scale_move() -> Move:

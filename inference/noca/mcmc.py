@@ -12,22 +12,21 @@ the model once per binary site), so it is meant for small problems and for check
 from __future__ import annotations
 
 
-import latentzoo  # noqa: F401  (float64)
 from latentzoo.models.noca import noca
 
-from .gibbs import ConjugateGibbs
-from .cvq_gibbs import pi_update
-from .updates import GibbsUpdate
+from latentzoo.inference.gibbs import ConjugateGibbs
+from latentzoo.inference.conjugate import beta_bernoulli_update
+from latentzoo.inference.updates import GibbsUpdate
 
-__all__ = ["noca_updates", "noca_kernel", "pi_update"]
+__all__ = ["noca_updates", "noca_kernel"]
 
-# The Beta-Bernoulli pi | s update is the same as CVQ's: both models draw s_nk ~ Bernoulli(pi_k)
-# with pi_k ~ Beta, so the one derivation serves both.
+# The Beta-Bernoulli pi | s update is shared with CVQ (latentzoo.inference.conjugate): both models
+# draw s_nk ~ Bernoulli(pi_k) with pi_k ~ Beta, so the one derivation serves both.
 
 
 def noca_updates() -> list[GibbsUpdate]:
     """The NOCA table: only pi | s; s goes to DiscreteGibbs and theta, theta0 to NUTS."""
-    return [pi_update()]
+    return [beta_bernoulli_update("pi", "s")]
 
 
 def noca_kernel(**nuts_kwargs) -> ConjugateGibbs:

@@ -1,0 +1,6 @@
+"""Cooperative vector quantizer: Gibbs table, mean-field variational EM and exact EM."""
+
+from latentzoo.inference.cvq.em import cvq_exact_em, cvq_exact_loglik, cvq_guide, cvq_vem, fit_cvq
+from latentzoo.inference.cvq.gibbs import cvq_updates
+
+__all__ = ["cvq_updates", "cvq_vem", "cvq_exact_em", "cvq_guide", "cvq_exact_loglik", "fit_cvq"]
