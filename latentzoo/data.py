@@ -1,37 +1,70 @@
-"""Loading and validating user data, and the embedded default data sets.
+"""Data kinds: one loader and one validator each, used by every entry point.
 
-Every user-facing entry point (the CLI, ``fit`` helpers) validates through :func:`validate_matrix`,
-so bad input ends in one :class:`ValueError` sentence naming the problem.
+A :class:`DataKind` turns a file into the arrays a family's runners take and checks them
+(:mod:`latentzoo.inference.validation` holds the array checks, so the API's ``fit_*`` functions
+and the CLI say the same sentence for the same problem). Kinds:
+
+- :data:`MATRIX`: an (N, D) real matrix from ``.csv`` (optional header line), ``.npy`` or ``.npz``;
+- :data:`BINARY_MATRIX`: the same with every entry 0 or 1;
+- :data:`LABELLED_MATRIX`: (X (N, D), y (N,)) from a CSV whose last column is the label, or an
+  ``.npz`` holding ``X`` and ``y``;
+- :data:`IMAGE_STACK`: (N, H, W) or (N, H, W, C) from ``.npy`` / ``.npz``.
+
+Bad input raises one :class:`ValueError` sentence naming the file and the problem.
 """
 
 from __future__ import annotations
 
 import csv
 import os
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from latentzoo.inference.validation import check_matrix
+from latentzoo.inference.validation import check_images, check_labelled, check_matrix
 
-__all__ = ["load_matrix", "validate_matrix", "default_fa_data"]
+__all__ = [
+    "DataKind",
+    "MATRIX",
+    "BINARY_MATRIX",
+    "LABELLED_MATRIX",
+    "IMAGE_STACK",
+    "load_matrix",
+    "load_array",
+    "validate_matrix",
+    "iter_matrix_chunks",
+    "standardize_columns",
+]
+
+
+# ----------------------------------------------------------------------------- readers
+def _numeric(row):
+    try:
+        return [float(c) for c in row]
+    except ValueError:
+        return None
+
+
+def _csv_rows(path: str) -> list[list[str]]:
+    try:
+        # utf-8-sig: a byte-order mark (as spreadsheet programs write) is not part of cell 1
+        with open(path, newline="", encoding="utf-8-sig") as fh:
+            return [r for r in csv.reader(fh) if r and any(c.strip() for c in r)]
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not a readable text CSV file.") from None
+
+
+def _is_header(row) -> bool:
+    """A header has no numeric cell; a first row with some numbers is data (maybe with a typo)."""
+    return all(_numeric([c]) is None for c in row)
 
 
 def _parse_csv(path: str) -> np.ndarray:
-    try:
-        with open(path, newline="") as fh:
-            rows = [r for r in csv.reader(fh) if r and any(c.strip() for c in r)]
-    except UnicodeDecodeError:
-        raise ValueError(f"{path} is not a readable text CSV file.") from None
+    rows = _csv_rows(path)
     if not rows:
         raise ValueError(f"{path} is empty.")
-
-    def numeric(row):
-        try:
-            return [float(c) for c in row]
-        except ValueError:
-            return None
-
-    if numeric(rows[0]) is None:  # a header line
+    if _is_header(rows[0]):
         rows = rows[1:]
         if not rows:
             raise ValueError(f"{path} has a header but no data rows.")
@@ -42,57 +75,196 @@ def _parse_csv(path: str) -> np.ndarray:
             raise ValueError(
                 f"{path} is ragged: data row {i} has {len(row)} columns where the first has {width}."
             )
-        values = numeric(row)
+        values = _numeric(row)
         if values is None:
-            bad = next(c for c in row if numeric([c]) is None)
+            bad = next(c for c in row if _numeric([c]) is None)
             raise ValueError(f"{path} has a non-numeric cell {bad!r} in data row {i}.")
         out.append(values)
     return np.asarray(out, dtype=np.float64)
 
 
-def load_matrix(path: str) -> np.ndarray:
-    """Read an (N, D) matrix from ``.csv`` (optional header line), ``.npy`` or ``.npz``
-    (the array named ``X``, or the only array)."""
+def load_array(path: str, *, names=("X",), exts=(".csv", ".txt", ".npy", ".npz")):
+    """Read ``path``: a CSV as a float matrix, ``.npy``, or ``.npz`` (the arrays ``names``; with
+    one name, that array or the file's only array). Returns one array, or a tuple for several
+    names. Raises one ValueError sentence for a missing, unreadable or wrongly typed file."""
     if not os.path.exists(path):
         raise ValueError(f"Data file {path} does not exist.")
     if os.path.isdir(path):
         raise ValueError(f"Data path {path} is a directory, not a file.")
     ext = os.path.splitext(path)[1].lower()
+    if ext not in exts:
+        raise ValueError(f"Data file {path} must be one of {', '.join(exts)}.")
     try:
         if ext == ".npy":
-            X = np.load(path, allow_pickle=False)
-        elif ext == ".npz":
+            return np.load(path, allow_pickle=False)
+        if ext == ".npz":
             with np.load(path, allow_pickle=False) as z:
-                names = list(z.keys())
-                if "X" in names:
-                    X = z["X"]
-                elif len(names) == 1:
-                    X = z[names[0]]
-                else:
-                    raise ValueError(f"{path} holds arrays {names}; name the data array 'X'.")
-        elif ext in (".csv", ".txt"):
-            X = _parse_csv(path)
-        else:
-            raise ValueError(f"Data file {path} must be .csv, .npy or .npz.")
+                have = list(z.keys())
+                if len(names) == 1 and names[0] not in have and len(have) == 1:
+                    return z[have[0]]
+                missing = [n for n in names if n not in have]
+                if missing:
+                    raise ValueError(
+                        f"{path} holds arrays {have}; name the data array(s) {', '.join(names)}."
+                    )
+                arrays = tuple(z[n] for n in names)
+                return arrays[0] if len(names) == 1 else arrays
+        return _parse_csv(path)
     except ValueError:
         raise
     except Exception as err:  # corrupt binary files raise many different things
         raise ValueError(f"Data file {path} could not be read ({type(err).__name__}).") from None
-    return validate_matrix(X, name=path)
+
+
+def load_matrix(path: str) -> np.ndarray:
+    """An (N, D) matrix from ``.csv`` (optional header line), ``.npy`` or ``.npz``."""
+    return check_matrix(load_array(path), name=path)
 
 
 def validate_matrix(X, *, K: int | None = None, binary: bool = False, name: str = "the data"):
     """Check an (N, D) numeric matrix; return it as float64 (:func:`check_matrix`)."""
     return check_matrix(X, K=K, binary=binary, name=name)
 
-def default_fa_data(seed: int = 0, N: int = 500, D: int = 20, K: int = 3) -> np.ndarray:
-    """The embedded default: N draws from an FA model with a fixed, well-conditioned truth.
 
-    Loadings N(0, 1), noise variances in [0.2, 1], means N(0, 1): the setting of the FA benchmark.
+def iter_matrix_chunks(path: str, chunk_size: int) -> Iterator[np.ndarray]:
+    """Float64 (n, D) chunks of a CSV (read line by line) or ``.npy`` (memory-mapped) file, for
+    streaming fits that never hold the file. Ragged or non-numeric rows, NaN/inf and complex
+    data raise one ValueError sentence naming the line or row."""
+    if not os.path.isfile(path):
+        raise ValueError(f"Data file {path} does not exist.")
+    if path.lower().endswith(".npy"):
+        yield from _npy_chunks(path, chunk_size)
+    else:
+        yield from _csv_chunks(path, chunk_size)
+
+
+def _finite(chunk, first_row, path):
+    if not np.all(np.isfinite(chunk)):
+        bad = first_row + int(np.argmax(~np.all(np.isfinite(chunk), axis=1)))
+        raise ValueError(f"Row {bad} of {path} contains NaN or infinity.")
+    return chunk
+
+
+def _csv_chunks(path: str, chunk_size: int) -> Iterator[np.ndarray]:
+    width, rows, seen = None, [], 0
+    with open(path, newline="", encoding="utf-8-sig") as fh:
+        for lineno, fields in enumerate(csv.reader(fh), start=1):
+            if not fields or not any(c.strip() for c in fields):
+                continue
+            values = _numeric(fields)
+            if values is None:
+                if width is None and _is_header(fields):
+                    width = len(fields)
+                    continue
+                raise ValueError(f"Line {lineno} of {path} contains a non-numeric value.")
+            if width is None:
+                width = len(values)
+            elif len(values) != width:
+                raise ValueError(
+                    f"Line {lineno} of {path} has {len(values)} fields where {width} were expected."
+                )
+            rows.append(values)
+            if len(rows) == chunk_size:
+                yield _finite(np.asarray(rows, dtype=np.float64), seen, path)
+                seen += len(rows)
+                rows = []
+    if rows:
+        yield _finite(np.asarray(rows, dtype=np.float64), seen, path)
+
+
+def _npy_chunks(path: str, chunk_size: int) -> Iterator[np.ndarray]:
+    try:
+        arr = np.load(path, mmap_mode="r", allow_pickle=False)
+    except ValueError as exc:
+        raise ValueError(f"{path} is not a numeric .npy array ({exc}).") from None
+    if arr.ndim != 2:
+        raise ValueError(f"{path} holds a {arr.ndim}-D array; a 2-D (rows, features) array is needed.")
+    if np.iscomplexobj(arr):
+        raise ValueError(f"{path} is complex; the models need real numbers.")
+    if not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
+        raise ValueError(f"{path} holds dtype {arr.dtype}, not numbers.")
+    for lo in range(0, arr.shape[0], chunk_size):
+        yield _finite(np.array(arr[lo : lo + chunk_size], dtype=np.float64), lo, path)
+
+
+def standardize_columns(X: np.ndarray) -> np.ndarray:
+    """Centre and scale each column; ValueError when a column is constant."""
+    sd = X.std(0)
+    if np.any(sd == 0):
+        raise ValueError(
+            f"--standardize needs every column to vary; column {int(np.argmin(sd))} is constant."
+        )
+    return (X - X.mean(0)) / sd
+
+
+# ---------------------------------------------------------------------------- data kinds
+class DataKind(NamedTuple):
+    """How one kind of data is read and checked.
+
+    Attributes:
+        name: readable name ("matrix", ...).
+        load: ``path -> data`` (unvalidated arrays).
+        validate: ``(data, K, name) -> data`` (float64 arrays; one ValueError sentence).
+        num_rows: ``data -> N``.
+        standardize: ``data -> data`` (centre/scale the real-valued features), or None when it
+            does not apply (binary data, images).
+        observed: ``data -> {"X": ...}`` for InferenceData's observed_data group.
     """
-    rng = np.random.default_rng(seed)
-    W = rng.normal(size=(D, K))
-    psi_var = rng.uniform(0.2, 1.0, size=D)
-    mu = rng.normal(size=D)
-    z = rng.normal(size=(N, K))
-    return z @ W.T + mu + rng.normal(size=(N, D)) * np.sqrt(psi_var)
+
+    name: str
+    load: Callable[[str], Any]
+    validate: Callable[..., Any]
+    num_rows: Callable[[Any], int]
+    standardize: Callable[[Any], Any] | None
+    observed: Callable[[Any], dict]
+
+
+def _matrix_validate(X, K=None, name="the data"):
+    return check_matrix(X, K=K, name=name)
+
+
+def _binary_validate(X, K=None, name="the data"):
+    return check_matrix(X, K=K, binary=True, name=name)
+
+
+def _labelled_load(path):
+    if path.lower().endswith(".npz"):
+        return load_array(path, names=("X", "y"))
+    A = load_array(path, exts=(".csv", ".txt", ".npy"))
+    A = np.asarray(A)
+    if A.ndim != 2 or A.shape[1] < 2:
+        raise ValueError(f"{path} must have at least two columns: features, then the label last.")
+    return A[:, :-1], A[:, -1]
+
+
+def _labelled_validate(data, K=None, name="the data"):
+    if not (isinstance(data, tuple) and len(data) == 2):
+        raise ValueError(f"{name} must be a pair (X, y) of features and labels.")
+    return check_labelled(data[0], data[1], K=K, name=name)
+
+
+def _labelled_standardize(data):
+    X, y = data
+    return standardize_columns(X), y
+
+
+def _images_validate(X, K=None, name="the images"):
+    return check_images(X, name=name)
+
+
+MATRIX = DataKind(
+    "matrix", load_array, _matrix_validate, lambda X: X.shape[0], standardize_columns,
+    lambda X: {"X": X},
+)
+BINARY_MATRIX = DataKind(
+    "binary matrix", load_array, _binary_validate, lambda X: X.shape[0], None,
+    lambda X: {"X": X},
+)
+LABELLED_MATRIX = DataKind(
+    "labelled matrix", _labelled_load, _labelled_validate, lambda d: d[0].shape[0],
+    _labelled_standardize, lambda d: {"X": d[0], "y": d[1]},
+)
+IMAGE_STACK = DataKind(
+    "image stack", lambda p: load_array(p, exts=(".npy", ".npz")), _images_validate,
+    lambda X: X.shape[0], None, lambda X: {"X": X},
+)

@@ -38,7 +38,7 @@ import numpyro.distributions as dist
 
 from latentzoo.models.shapes import data_sizes
 
-__all__ = ["default_priors", "mfa", "component_means"]
+__all__ = ["default_priors", "mfa", "component_means", "default_mfa_data"]
 
 
 # ------------------------------------------------------------------------------- priors
@@ -95,3 +95,17 @@ def mfa(X=None, *, K: int, J: int, N: int | None = None, D: int | None = None, p
             dist.Normal(component_means(W, mu, z, c), 1.0 / jnp.sqrt(psi)).to_event(1),
             obs=X,
         )
+
+
+# --------------------------------------------------------------------------- default data
+def default_mfa_data(seed: int = 0, N: int = 300, D: int = 6, J: int = 2, K: int = 1):
+    """The embedded default: N rows from J well-separated clusters (means 6 apart), each a
+    K-factor Gaussian with loadings N(0, 1) and noise s.d. 0.3. Returns X (N, D)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    centres = 6.0 * rng.normal(size=(J, D)) / np.sqrt(D) * np.sqrt(2.0)
+    labels = rng.integers(J, size=N)
+    W = rng.normal(size=(J, D, K))
+    z = rng.normal(size=(N, K))
+    return centres[labels] + np.einsum("ndk,nk->nd", W[labels], z) + 0.3 * rng.normal(size=(N, D))

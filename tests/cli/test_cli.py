@@ -75,7 +75,9 @@ def test_bad_data_is_one_sentence_exit_2_nothing_written(case, tmp_path, capsys)
     [
         (["run", "nomodel", "--out", "x"], "Unknown model"),
         (["run", "fa", "--method", "magic", "--out", "x"], "Unknown method"),
-        (["run", "fa", "--chains", "0", "--out", "x"], "positive"),
+        (["run", "fa", "--chains", "0", "--out", "x"], "at least 1"),
+        (["run", "fa", "--seed", str(2**64), "--out", "x"], "--seed"),
+        (["run", "fa", "--quick", "--out", ""], "empty path"),
         (["diagnose", "/nonexistent/run"], "does not exist"),
     ],
 )
@@ -136,18 +138,47 @@ def test_run_fa_online_streams_a_csv(tmp_path):
     argv = ["run", "fa", "--method", "online-em", "--data", str(path), "--K", "2",
             "--chunk-size", "64", "--no-progress", "--out", str(out)]
     assert main(argv) == 0
-    assert {"params.npz", "summary.csv"} <= set(os.listdir(out))
+    assert sorted(os.listdir(out)) == ["posterior.nc", "summary.csv", "trace.png"]
+    idata = azx.load(str(out / "posterior.nc"))
+    assert idata.posterior["W"].shape == (1, 1, 6, 2)
+    assert idata.sample_stats["objective"].size == 5  # one value per chunk
+    assert main(["diagnose", str(out)]) == 0
 
 
 @pytest.mark.parametrize("model", ["cvq", "noca"])
 def test_run_binary_models_point_fit(model, tmp_path):
     out = tmp_path / model
-    assert main(["run", model, "--method", "vem", "--K", "3", "--quick", "--no-progress", "--out", str(out)]) == 0
+    assert main(["run", model, "--method", "vb", "--K", "3", "--quick", "--no-progress", "--out", str(out)]) == 0
     idata = azx.load(str(out / "posterior.nc"))
     assert "pi" in idata.posterior  # point estimates under their sites' names
+    table = (out / "summary.csv").read_text().splitlines()
+    assert table[0] == ",estimate"  # estimates only: no sd / ESS / R-hat columns for a point fit
 
 
 def test_noca_rejects_non_binary_data(tmp_path, capsys):
     path = _write(tmp_path / "x.csv", "0,1,0.5,1\n1,0,0,1\n0,0,1,1\n")
     assert main(["run", "noca", "--data", path, "--K", "2", "--out", str(tmp_path / "o")]) == 2
     assert "binary" in capsys.readouterr().err
+
+
+def test_out_that_is_a_file_fails_before_fitting(tmp_path, capsys):
+    target = tmp_path / "taken"
+    target.write_text("x")
+    assert main(["run", "fa", "--quick", "--out", str(target)]) == 2
+    assert "existing file" in capsys.readouterr().err
+    assert target.read_text() == "x"
+
+
+def test_standardize_refused_for_binary_data(tmp_path, capsys):
+    assert main(["run", "noca", "--standardize", "--quick", "--out", str(tmp_path / "o")]) == 2
+    assert "does not apply" in capsys.readouterr().err
+
+
+def test_diagnose_on_a_plain_netcdf_without_model(tmp_path, capsys):
+    import numpy as np
+
+    idata = azx.from_draws({"a": np.random.default_rng(0).normal(size=(2, 50))})
+    run = tmp_path / "plain"
+    azx.save(idata, str(run / "posterior.nc"))
+    assert main(["diagnose", str(run)]) == 0
+    assert "a" in capsys.readouterr().out

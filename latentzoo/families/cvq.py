@@ -1,0 +1,72 @@
+"""Registry entry: the cooperative vector quantizer (Hauskrecht lecture after Lu, Hauskrecht &
+Day 2002). Methods: mean-field variational EM (``vb``), exact EM by enumerating the 2^K source
+states (``em``, K <= 16), and the hand-derived Gibbs sampler (``gibbs``)."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+from latentzoo import runs
+from latentzoo.data import MATRIX
+from latentzoo.models.cvq import cvq, default_cvq_data
+from latentzoo.registry import Family, Method, register
+
+__all__ = ["CVQ"]
+
+
+def _run_point(X, cfg, *, method):
+    from latentzoo.inference.cvq import fit_cvq
+
+    if method == "em" and cfg.K > 16:
+        raise ValueError(f"Exact EM enumerates 2^K states and is limited to K <= 16, got K = {cfg.K}.")
+    sweeps, restarts = runs.point_sizes(cfg, restarts=5)
+    fit = fit_cvq(X, cfg.K, method=method, num_steps=sweeps, seed=cfg.seed, restarts=restarts)
+    p = fit.params
+    sigma = np.asarray(p["sigma_loc"])
+    return runs.guide_point_idata(fit, X, extra={"tau": 1.0 / sigma**2})
+
+
+def _run_gibbs(X, cfg):
+    from latentzoo.inference.cvq import cvq_updates
+    from latentzoo.inference.gibbs import ConjugateGibbs
+
+    cfg = cfg._replace(samples=min(cfg.samples, 50), warmup=min(cfg.warmup, 50)) if cfg.quick else cfg
+    mcmc = runs.run_mcmc(ConjugateGibbs(cvq, cvq_updates()), cfg, jnp.asarray(X), K=cfg.K)
+    return runs.mcmc_idata(mcmc, drop=("s",))
+
+
+def cvq_posterior_predictive(idata, rng_seed=0, max_draws=200):
+    """x_rep = s W^T + sigma eps with s ~ Bernoulli(pi): {"X": (1, S, N, D)}."""
+    post = idata.posterior
+    W = np.asarray(post["W"]).reshape(-1, *post["W"].shape[-2:])
+    pi = np.asarray(post["pi"]).reshape(W.shape[0], -1)
+    sigma = np.asarray(post["sigma"]).reshape(-1)
+    N = idata.observed_data["X"].shape[0]
+    rng = np.random.default_rng(rng_seed)
+    pick = rng.choice(W.shape[0], size=min(max_draws, W.shape[0]), replace=False)
+    s = rng.random((len(pick), N, pi.shape[-1])) < pi[pick][:, None, :]
+    x = s @ np.swapaxes(W[pick], -1, -2) + sigma[pick][:, None, None] * rng.normal(size=(len(pick), N, W.shape[1]))
+    return {"X": x[None]}
+
+
+CVQ = register(
+    Family(
+        name="cvq",
+        title="Cooperative vector quantizer",
+        paper="Hauskrecht lecture after Lu, Hauskrecht & Day (2002)",
+        model=cvq,
+        data_kind=MATRIX,
+        default_data=lambda seed: default_cvq_data(seed)[0],
+        methods=(
+            Method("vb", lambda X, cfg: _run_point(X, cfg, method="vb"), kind="point"),
+            Method("em", lambda X, cfg: _run_point(X, cfg, method="em"), kind="point"),
+            Method("gibbs", _run_gibbs),
+        ),
+        identified=("sigma", "pi", "W"),
+        trace_sites=("sigma", "pi"),
+        posterior_predictive=cvq_posterior_predictive,
+        default_K=8,
+        docs="models/cvq.md",
+    )
+)

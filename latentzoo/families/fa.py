@@ -1,0 +1,220 @@
+"""Registry entry: Bayesian factor analysis (thesis ch. 2-4).
+
+Methods: hand-derived Gibbs and NUTS (draws), mean-field CAVI (draws from q), MAP-EM (point),
+and the streaming online EM / SGA of thesis ch. 4 (point, O(DK) memory, reads the file in
+chunks). The identified quantities are ``mu``, ``psi`` and ``cov`` = W Wᵀ + diag(1/psi): ``W``
+itself is identified only up to rotation, so it is stored but never summarised.
+
+The stored log-likelihood is the marginal one, log N(x_n; mu, cov) per row, with the factors
+integrated out (pointwise, as LOO / WAIC expect).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from latentzoo import runs
+from latentzoo.data import MATRIX, iter_matrix_chunks
+from latentzoo.models.factor_analysis import default_fa_data, factor_analysis, marginal_log_likelihood
+from latentzoo.registry import Family, Method, register
+
+__all__ = ["FA", "fa_posterior_predictive"]
+
+_loglik_draws = jax.jit(
+    jax.vmap(jax.vmap(partial(marginal_log_likelihood, per_row=True), (None, 0, 0, 0)), (None, 0, 0, 0))
+)
+
+
+def _cov(W, psi):
+    return W @ jnp.swapaxes(W, -1, -2) + jax.vmap(jnp.diag)(1.0 / psi.reshape(-1, psi.shape[-1])).reshape(
+        *psi.shape, psi.shape[-1]
+    )
+
+
+def _run_mcmc(X, cfg, *, gibbs: bool):
+    from numpyro.infer import NUTS
+
+    from latentzoo.inference.fa import fa_updates
+    from latentzoo.inference.gibbs import ConjugateGibbs
+
+    # K fixes shapes, so it is bound into the model rather than passed as a (traced) argument.
+    model = partial(factor_analysis, K=cfg.K)
+    kernel = ConjugateGibbs(model, fa_updates()) if gibbs else NUTS(model, target_accept_prob=0.9)
+    Xj = jnp.asarray(X)
+    mcmc = runs.run_mcmc(kernel, cfg, Xj)
+    post = mcmc.get_samples(group_by_chain=True)
+    ll = _loglik_draws(Xj, post["W"], post["mu"], post["psi"])
+    # the N x K factors are rotation-ambiguous and as large as the data: not stored
+    drop = ("z",) if X.shape[1] <= runs.MAX_STORED_COV_DIM else ("z", "cov")
+    return runs.mcmc_idata(mcmc, log_likelihood={"X": np.asarray(ll)}, drop=drop)
+
+
+def _run_vb(X, cfg):
+    from numpyro.infer import Predictive
+
+    from latentzoo.inference.fa import fit_fa_variational
+
+    fit = fit_fa_variational(X, cfg.K, method="vb", seed=cfg.seed, progress_bar=cfg.progress,
+                             num_steps=cfg.sweeps or 1000)
+    Xj = jnp.asarray(X)
+    draws = Predictive(
+        factor_analysis, guide=fit.guide, params=fit.params, num_samples=cfg.samples,
+        return_sites=["W", "mu", "psi"],
+    )(jax.random.PRNGKey(cfg.seed + 1), Xj, K=cfg.K)
+    W, mu, psi = draws["W"], draws["mu"], draws["psi"]
+    post = {k: np.asarray(v)[None] for k, v in dict(W=W, mu=mu, psi=psi, cov=_cov(W, psi)).items()}
+    ll = _loglik_draws(Xj, W[None], mu[None], psi[None])
+    from latentzoo import arviz_adapter as azx
+
+    return azx.from_draws(
+        post, observed_data={"X": np.asarray(X)}, log_likelihood={"X": np.asarray(ll)},
+        sample_stats={"elbo": np.full((1, cfg.samples), -float(fit.losses[-1]))},
+    )
+
+
+def _point(X, W, mu, psi, objective):
+    W, mu, psi = (np.asarray(a, dtype=float) for a in (W, mu, psi))
+    cov = W @ W.T + np.diag(1.0 / psi)
+    ll = np.asarray(marginal_log_likelihood(jnp.asarray(X), W, mu, psi, per_row=True))
+    return runs.point_idata(
+        {"W": W, "mu": mu, "psi": psi, "cov": cov}, objective,
+        observed={"X": np.asarray(X)}, log_likelihood={"X": ll},
+    )
+
+
+def _run_em(X, cfg):
+    from latentzoo.inference.fa import fit_fa_variational
+
+    fit = fit_fa_variational(X, cfg.K, method="em", seed=cfg.seed, progress_bar=cfg.progress,
+                             num_steps=cfg.sweeps or 1000)
+    p = fit.params
+    return _point(X, p["W_loc"], p["mu_loc"], p["psi_loc"], -np.asarray(fit.losses))
+
+
+# ------------------------------------------------------------------------------ streaming
+STREAM_D, STREAM_K = 50, 5
+
+
+def _default_stream(cfg):
+    """Default data: a fixed FA model (D=50, K=5, seed 12345) sampled chunk by chunk."""
+    rng = np.random.default_rng(12345)
+    n_total = 2000 if cfg.quick else 20000
+    F = 0.6 * rng.standard_normal((STREAM_D, STREAM_K))
+    psi = rng.uniform(0.5, 1.5, size=STREAM_D)
+    c = rng.standard_normal(STREAM_D)
+    for lo in range(0, n_total, cfg.chunk_size):
+        n = min(cfg.chunk_size, n_total - lo)
+        yield rng.standard_normal((n, STREAM_K)) @ F.T + c + rng.standard_normal((n, STREAM_D)) * np.sqrt(psi)
+
+
+def _column_moments(chunks):
+    """Column means and standard deviations in one streaming pass (Chan et al. merge)."""
+    n, mean, m2 = 0, None, None
+    for chunk in chunks:
+        k = chunk.shape[0]
+        cm = chunk.mean(0)
+        cm2 = ((chunk - cm) ** 2).sum(0)
+        if mean is None:
+            n, mean, m2 = k, cm, cm2
+        else:
+            delta = cm - mean
+            tot = n + k
+            mean = mean + delta * k / tot
+            m2 = m2 + cm2 + delta**2 * n * k / tot
+            n = tot
+    if n < 2:
+        raise ValueError(f"At least 2 rows are needed to fit a factor analysis model, got {n}.")
+    sd = np.sqrt(m2 / n)
+    if np.any(sd == 0):
+        raise ValueError(
+            f"--standardize needs every column to vary; column {int(np.argmin(sd))} is constant."
+        )
+    return mean, sd
+
+
+def _run_online(_, cfg, *, variant: str):
+    from tqdm.auto import tqdm
+
+    from latentzoo.inference.fa import OnlineFactorAnalysis
+
+    def chunks():
+        if cfg.data_path is None:
+            return _default_stream(cfg)
+        return iter_matrix_chunks(cfg.data_path, cfg.chunk_size)
+
+    shift, scale = (0.0, 1.0)
+    if cfg.standardize:
+        shift, scale = _column_moments(chunks())
+    model = OnlineFactorAnalysis(cfg.K, method=variant, random_state=cfg.seed)
+    n_rows, objective, last = 0, [], None
+    bar = tqdm(unit="rows", desc=f"online FA ({variant})", disable=not cfg.progress)
+    try:
+        for chunk in chunks():
+            if n_rows == 0 and cfg.K >= chunk.shape[1]:
+                raise ValueError(
+                    f"K={cfg.K} must be smaller than the number of columns D={chunk.shape[1]}."
+                )
+            chunk = (chunk - shift) / scale
+            model.partial_fit(chunk)
+            n_rows += chunk.shape[0]
+            last = chunk
+            objective.append(float(model.score(chunk)))  # average log-likelihood of the chunk
+            bar.update(chunk.shape[0])
+    finally:
+        bar.close()
+    if n_rows < 2:
+        raise ValueError(f"At least 2 rows are needed to fit a factor analysis model, got {n_rows}.")
+    W = model.components_.T
+    psi_var = model.noise_variance_
+    mu = model.mean_
+    estimates = {"W": W, "mu": mu, "psi": 1.0 / psi_var}
+    if W.shape[0] <= runs.MAX_STORED_COV_DIM:
+        estimates["cov"] = W @ W.T + np.diag(psi_var)
+    # The data is not held in memory; observed_data keeps the last chunk (for checks), and the
+    # objective is the running average log-likelihood of each chunk under the model before it.
+    return runs.point_idata(estimates, objective, observed={"X_last_chunk": last})
+
+
+def fa_posterior_predictive(idata, rng_seed=0, max_draws=200):
+    """Replicated data sets x_rep ~ N(mu, W Wᵀ + diag(1/psi)) for a subset of posterior draws:
+    {"X": (1, S, N, D)}."""
+    post = idata.posterior
+    D = post["mu"].shape[-1]
+    mu = np.asarray(post["mu"]).reshape(-1, D)
+    W = np.asarray(post["W"]).reshape(mu.shape[0], D, -1)
+    psi = np.asarray(post["psi"]).reshape(-1, D)
+    N = idata.observed_data["X"].shape[0]
+    rng = np.random.default_rng(rng_seed)
+    pick = rng.choice(len(mu), size=min(max_draws, len(mu)), replace=False)
+    z = rng.normal(size=(len(pick), N, W.shape[-1]))
+    eps = rng.normal(size=(len(pick), N, D)) / np.sqrt(psi[pick])[:, None, :]
+    return {"X": (mu[pick][:, None, :] + z @ np.swapaxes(W[pick], -1, -2) + eps)[None]}
+
+
+FA = register(
+    Family(
+        name="fa",
+        title="Bayesian factor analysis",
+        paper="Brownlie, MSc thesis (2021) ch. 2-4",
+        model=factor_analysis,
+        data_kind=MATRIX,
+        default_data=lambda seed: default_fa_data(seed),
+        methods=(
+            Method("gibbs", partial(_run_mcmc, gibbs=True)),
+            Method("nuts", partial(_run_mcmc, gibbs=False)),
+            Method("vb", _run_vb),
+            Method("em", _run_em, kind="point"),
+            Method("online-em", partial(_run_online, variant="em"), kind="point", streaming=True),
+            Method("online-sga", partial(_run_online, variant="sga"), kind="point", streaming=True),
+        ),
+        identified=("mu", "psi", "cov"),
+        trace_sites=("psi", "mu"),
+        posterior_predictive=fa_posterior_predictive,
+        default_K=3,
+        docs="models/fa.md",
+    )
+)

@@ -1,0 +1,84 @@
+"""Registry entry: the noisy-OR component analyzer (Singliar & Hauskrecht, JMLR 2006).
+Methods: variational EM with the Jaakkola-Jordan bound (``vb``), exact EM by enumerating the 2^K
+source states (``em``, K <= 16), and MCMC through the Gibbs builder's fallback path (``gibbs``:
+the conjugate pi | s update, DiscreteGibbs for s and NUTS for theta, theta0; small data only)."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+from latentzoo import runs
+from latentzoo.data import BINARY_MATRIX
+from latentzoo.models.noca import default_noca_data, noca
+from latentzoo.registry import Family, Method, register
+
+__all__ = ["NOCA", "NOCA_MCMC_MAX_SITES"]
+
+NOCA_MCMC_MAX_SITES = 2000
+
+
+def _run_point(X, cfg, *, method):
+    from latentzoo.inference.noca import fit_noca, noca_exact_loglik
+
+    if method == "em" and cfg.K > 16:
+        raise ValueError(f"Exact EM enumerates 2^K states and is limited to K <= 16, got K = {cfg.K}.")
+    sweeps, restarts = runs.point_sizes(cfg, restarts=3)
+    fit = fit_noca(X, cfg.K, method=method, num_steps=sweeps, seed=cfg.seed, restarts=restarts)
+    p = fit.params
+    ll = None
+    if cfg.K <= 12:  # the pointwise exact log-likelihood enumerates 2^K states per row
+        ll = {"X": np.asarray(noca_exact_loglik(jnp.asarray(X), p["theta_loc"], p["theta0_loc"],
+                                                 p["pi_loc"], per_row=True))}
+    return runs.guide_point_idata(fit, X, log_likelihood=ll)
+
+
+def _run_gibbs(X, cfg):
+    from latentzoo.inference.noca import noca_kernel
+
+    if X.shape[0] * cfg.K > NOCA_MCMC_MAX_SITES:
+        # DiscreteGibbs re-evaluates the whole model once per binary site and sweep
+        raise ValueError(
+            f"NOCA MCMC updates each of the N*K = {X.shape[0] * cfg.K} binary sources one at a "
+            f"time and is meant for small problems (N*K <= {NOCA_MCMC_MAX_SITES}); use "
+            "--method vb or em, or fewer rows."
+        )
+    cfg = cfg._replace(samples=min(cfg.samples, 50), warmup=min(cfg.warmup, 50)) if cfg.quick else cfg
+    mcmc = runs.run_mcmc(noca_kernel(), cfg, jnp.asarray(X), K=cfg.K)
+    return runs.mcmc_idata(mcmc, drop=("s",))
+
+
+def noca_posterior_predictive(idata, rng_seed=0, max_draws=200):
+    """x_rep ~ Bernoulli(1 - exp(-theta0 - s theta)) with s ~ Bernoulli(pi): {"X": (1, S, N, D)}."""
+    post = idata.posterior
+    theta = np.asarray(post["theta"]).reshape(-1, *post["theta"].shape[-2:])
+    theta0 = np.asarray(post["theta0"]).reshape(theta.shape[0], -1)
+    pi = np.asarray(post["pi"]).reshape(theta.shape[0], -1)
+    N = idata.observed_data["X"].shape[0]
+    rng = np.random.default_rng(rng_seed)
+    pick = rng.choice(theta.shape[0], size=min(max_draws, theta.shape[0]), replace=False)
+    s = (rng.random((len(pick), N, pi.shape[-1])) < pi[pick][:, None, :]).astype(float)
+    p_on = -np.expm1(-(theta0[pick][:, None, :] + s @ theta[pick]))
+    return {"X": (rng.random(p_on.shape) < p_on).astype(float)[None]}
+
+
+NOCA = register(
+    Family(
+        name="noca",
+        title="Noisy-OR component analyzer",
+        paper="Singliar & Hauskrecht, JMLR (2006)",
+        model=noca,
+        data_kind=BINARY_MATRIX,
+        default_data=lambda seed: default_noca_data(seed)[0],
+        methods=(
+            Method("vb", lambda X, cfg: _run_point(X, cfg, method="vb"), kind="point"),
+            Method("em", lambda X, cfg: _run_point(X, cfg, method="em"), kind="point"),
+            Method("gibbs", _run_gibbs),
+        ),
+        identified=("pi", "theta0", "theta"),
+        trace_sites=("pi",),
+        posterior_predictive=noca_posterior_predictive,
+        default_K=8,
+        docs="models/noca.md",
+    )
+)

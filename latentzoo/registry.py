@@ -1,0 +1,207 @@
+"""The zoo registry: a model family declares itself here once, and everything else reads it.
+
+A :class:`Family` names its NumPyro model, its data kind (:mod:`latentzoo.data`), its default
+data, its inference methods as runners that all return ArviZ ``InferenceData``, the identified
+quantities that summaries, convergence checks and plots look at, and its posterior predictive.
+The CLI (``latentzoo list|run|diagnose``), the zoo tables in the docs and the conformance tests
+read :data:`REGISTRY`; none of them names a family or a site.
+
+Families live one per module under :mod:`latentzoo.families` and call :func:`register` at import;
+:func:`families` imports that package, so adding a module there is all it takes. A user (or a
+test) may register a family of their own the same way, from anywhere.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+from latentzoo.data import DataKind
+
+__all__ = [
+    "RunConfig",
+    "FamilyChecks",
+    "Method",
+    "Family",
+    "REGISTRY",
+    "register",
+    "unregister",
+    "families",
+    "get_family",
+    "METHOD_VOCABULARY",
+]
+
+# One vocabulary for every family: the same word means the same kind of inference everywhere.
+METHOD_VOCABULARY = {
+    "gibbs": "Gibbs sampling with the paper's hand-derived conditionals (MCMC)",
+    "nuts": "NumPyro's NUTS on the same model (MCMC baseline)",
+    "vb": "mean-field coordinate-ascent VI (point parameters where the paper uses variational EM)",
+    "em": "EM with the exact posterior of the latents (closed form, or enumeration for binary)",
+    "online-em": "streaming EM over chunks (O(DK) memory)",
+    "online-sga": "streaming stochastic gradient ascent over chunks (O(DK) memory)",
+}
+
+
+class RunConfig(NamedTuple):
+    """Everything a runner may need besides the data; filled by the CLI or a user.
+
+    ``K`` is the latent dimension, ``J`` the number of mixture components (mixture families;
+    None: the family's default). ``chains``/``samples``/``warmup`` are for MCMC, ``sweeps``/``restarts`` for point fits
+    (None: the method's default), ``chunk_size`` for streaming methods, ``data_path`` for
+    runners that read the file themselves (streaming), ``progress`` shows progress bars.
+    """
+
+    K: int
+    J: int | None = None
+    seed: int = 0
+    chains: int = 4
+    samples: int = 1000
+    warmup: int = 500
+    sweeps: int | None = None
+    restarts: int | None = None
+    quick: bool = False
+    progress: bool = False
+    chunk_size: int = 1000
+    data_path: str | None = None
+    standardize: bool = False
+
+
+class Method(NamedTuple):
+    """One inference method of a family.
+
+    Attributes:
+        name: a word of :data:`METHOD_VOCABULARY`.
+        run: ``run(data, config: RunConfig) -> InferenceData``. ``data`` is what the family's
+            data kind validated (``None`` for a streaming method, which reads
+            ``config.data_path`` or its default stream itself).
+        kind: ``"draws"`` (MCMC or approximate-posterior draws: the summary has sd, HDI, ESS and
+            R-hat) or ``"point"`` (an EM / variational-EM /
+            streaming estimate: the summary shows estimates, the trace plot the objective).
+        streaming: True when the runner reads the data itself, chunk by chunk.
+        cli: False for methods offered from Python only.
+    """
+
+    name: str
+    run: Callable[..., Any]
+    kind: str = "draws"
+    streaming: bool = False
+    cli: bool = True
+
+
+class FamilyChecks(NamedTuple):
+    """What the registry-wide conformance tests (``tests/test_conformance.py``) run per family.
+
+    Attributes:
+        model_kwargs: small sizes for prior-predictive draws and the short Geweke run, e.g.
+            ``dict(N=12, D=4, K=2)``; the model's ``X`` must come out (N, D).
+        gibbs_table: ``() -> list of updates`` for the hand-derived Gibbs kernel, or None.
+        test_functions: Geweke test functions ``{name: values -> array}`` (identified ones).
+        broken_site: a continuous site whose update the tests break (draw scaled by 0.8) to show
+            the short Geweke run has the power to fail a wrong kernel.
+        vb: ``() -> (driver, X, model_kwargs)`` a :class:`~latentzoo.inference.cavi.CAVI`
+            driver and a small data set for the ELBO-monotonicity check, or None.
+    """
+
+    model_kwargs: dict
+    gibbs_table: Callable | None = None
+    test_functions: dict | None = None
+    broken_site: str | None = None
+    vb: Callable | None = None
+
+
+class Family(NamedTuple):
+    """A model family of the zoo.
+
+    Attributes:
+        name: CLI name (``latentzoo run <name>``).
+        title, paper: for ``latentzoo list`` and the docs' zoo table.
+        model: the NumPyro program (``model(X=None, *, K, ..., priors=None)``).
+        data_kind: the :class:`~latentzoo.data.DataKind` its data is loaded and validated as.
+        default_data: ``default_data(seed) -> data`` (embedded or synthetic; no network).
+        methods: the inference methods, first = default.
+        identified: posterior sites that are identified (invariant to the model's symmetries):
+            what summaries, convergence warnings and diagnose's plots look at (FA: ``cov``,
+            never the rotating ``W``).
+        trace_sites: sites for trace plots (a few, small).
+        posterior_predictive: ``(idata, rng_seed) -> {"X": array (1, S, N, ...)}``, or None.
+        default_K: latent dimension when ``--K`` is not given.
+        docs: the docs page of the family (relative to ``docs/``).
+        checks: what the conformance tests run (:class:`FamilyChecks`), or None.
+    """
+
+    name: str
+    title: str
+    paper: str
+    model: Callable
+    data_kind: DataKind
+    default_data: Callable[[int], Any]
+    methods: tuple[Method, ...]
+    identified: tuple[str, ...]
+    trace_sites: tuple[str, ...] = ()
+    posterior_predictive: Callable | None = None
+    default_K: int = 3
+    docs: str = ""
+    checks: FamilyChecks | None = None
+
+    def method(self, name: str | None) -> Method:
+        """The method called ``name`` (None: the default); ValueError naming the choices."""
+        if name is None:
+            return self.methods[0]
+        for m in self.methods:
+            if m.name == name:
+                return m
+        raise ValueError(
+            f"Unknown method {name!r} for {self.name}; choose one of "
+            f"{', '.join(m.name for m in self.methods)}."
+        )
+
+    @property
+    def cli_methods(self) -> tuple[str, ...]:
+        return tuple(m.name for m in self.methods if m.cli)
+
+
+REGISTRY: dict[str, Family] = {}
+
+
+def register(family: Family) -> Family:
+    """Add ``family`` to the zoo (replacing one of the same name); returns it."""
+    for m in family.methods:
+        if m.name not in METHOD_VOCABULARY:
+            raise ValueError(
+                f"Method {m.name!r} of {family.name} is not in the zoo's vocabulary "
+                f"({', '.join(METHOD_VOCABULARY)}); add it to METHOD_VOCABULARY with its meaning."
+            )
+        if m.kind not in ("draws", "point"):
+            raise ValueError(f"Method {m.name!r} of {family.name} has unknown kind {m.kind!r}.")
+    REGISTRY[family.name] = family
+    return family
+
+
+def unregister(name: str) -> None:
+    REGISTRY.pop(name, None)
+
+
+_loaded = False
+
+
+def families() -> Mapping[str, Family]:
+    """The registry, after importing every module of :mod:`latentzoo.families` once."""
+    global _loaded
+    if not _loaded:
+        import latentzoo.families as pkg
+
+        for info in pkgutil.iter_modules(pkg.__path__):
+            if not info.name.startswith("_"):
+                importlib.import_module(f"{pkg.__name__}.{info.name}")
+        _loaded = True
+    return REGISTRY
+
+
+def get_family(name: str) -> Family:
+    """The family called ``name``; ValueError naming the choices."""
+    zoo = families()
+    if name not in zoo:
+        raise ValueError(f"Unknown model {name!r}; choose one of {', '.join(zoo)}.")
+    return zoo[name]

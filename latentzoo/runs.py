@@ -1,0 +1,182 @@
+"""What every runner shares: running NumPyro's MCMC, turning draws and point estimates into
+ArviZ ``InferenceData``, summarising identified quantities, and writing a run folder.
+
+Three kinds of result (``Method.kind`` in :mod:`latentzoo.registry`):
+
+- ``"mcmc"``: draws with chains; the summary has R-hat and ESS and the trace plot shows chains;
+- ``"point"``: an EM / VB / streaming estimate; the posterior group holds one "draw", the
+  objective's trace is stored in ``sample_stats`` (``objective``, one value per sweep), the
+  summary lists the estimates alone and ``trace.png`` plots the objective.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import jax
+import numpy as np
+
+from latentzoo import arviz_adapter as azx
+
+__all__ = [
+    "run_mcmc",
+    "mcmc_idata",
+    "point_idata",
+    "summarise",
+    "write_run",
+    "is_point_fit",
+    "chain_method",
+    "MAX_STORED_COV_DIM",
+    "point_sizes",
+    "guide_point_idata",
+]
+
+# D x D covariance per draw grows with D^2: stored up to this D, left out (with its summary)
+# above it, where the per-feature sites still describe the fit.
+MAX_STORED_COV_DIM = 100
+
+
+def chain_method(chains: int) -> str:
+    """'parallel' when there is a device per chain (e.g. XLA_FLAGS host devices), else sequential."""
+    return "parallel" if jax.local_device_count() >= chains > 1 else "sequential"
+
+
+def run_mcmc(kernel, cfg, *model_args, extra_fields=(), init_params=None, **model_kwargs):
+    """``numpyro.infer.MCMC`` with the run's chains, warm-up and draws; returns the finished MCMC."""
+    from numpyro.infer import MCMC
+
+    mcmc = MCMC(
+        kernel,
+        num_warmup=cfg.warmup,
+        num_samples=cfg.samples,
+        num_chains=cfg.chains,
+        chain_method=chain_method(cfg.chains),
+        progress_bar=cfg.progress,
+        jit_model_args=True,
+    )
+    mcmc.run(jax.random.PRNGKey(cfg.seed), *model_args, extra_fields=tuple(extra_fields),
+             init_params=init_params, **model_kwargs)
+    return mcmc
+
+
+def mcmc_idata(mcmc, *, log_likelihood: dict | None = None, drop=()):
+    """InferenceData of a finished MCMC (NumPyro's observed data and sample stats); posterior
+    sites in ``drop`` (large per-row latents, rotation-ambiguous factors) left out."""
+    idata = azx.from_mcmc(mcmc, log_likelihood=log_likelihood)
+    keep = [v for v in idata.posterior.data_vars if v in drop]
+    if keep:
+        idata.posterior = idata.posterior.drop_vars(keep)
+    return idata
+
+
+def point_idata(estimates: dict, objective, *, observed: dict, log_likelihood: dict | None = None):
+    """InferenceData of a point fit: each estimate as one draw of one chain, and the objective
+    (ELBO or log-likelihood, one value per sweep) as ``sample_stats.objective`` (1, 1, sweeps)."""
+    post = {k: np.asarray(v)[None, None] for k, v in estimates.items()}
+    obj = np.asarray(objective, dtype=float).reshape(1, 1, -1)
+    ll = None if log_likelihood is None else {k: np.asarray(v)[None, None] for k, v in log_likelihood.items()}
+    return azx.from_draws(post, observed_data=observed, log_likelihood=ll,
+                          sample_stats={"objective": obj})
+
+
+def point_sizes(cfg, *, sweeps: int = 300, restarts: int = 1, quick_sweeps: int = 30):
+    """(sweeps, restarts) of a point fit: the config's when set, else the method's defaults
+    (``quick_sweeps`` x 1 restart under --quick)."""
+    if cfg.quick:
+        return cfg.sweeps or quick_sweeps, cfg.restarts or 1
+    return cfg.sweeps or sweeps, cfg.restarts or restarts
+
+
+def guide_point_idata(fit, X, *, log_likelihood=None, extra=None):
+    """InferenceData of a closed-form fit (:class:`~latentzoo.inference.cavi.VariationalFit`):
+    the estimates are the guide's params named ``<site>_loc`` under the site's name; per-row
+    variational parameters (q(s_n) and the like) are not posterior quantities and are left out."""
+    estimates = {k[:-4]: np.asarray(v) for k, v in fit.params.items() if k.endswith("_loc")}
+    estimates.update(extra or {})
+    return point_idata(estimates, -np.asarray(fit.losses), observed={"X": np.asarray(X)},
+                       log_likelihood=log_likelihood)
+
+
+def is_point_fit(idata) -> bool:
+    return idata.posterior.sizes.get("chain", 1) == 1 and idata.posterior.sizes.get("draw", 1) == 1
+
+
+def summarise(idata, sites):
+    """Summary table of the identified ``sites`` present in the posterior: ArviZ's summary for
+    draws, the estimates alone (one column) for a point fit."""
+    import pandas as pd
+
+    names = [s for s in sites if s in idata.posterior.data_vars] or list(idata.posterior.data_vars)
+    if not is_point_fit(idata):
+        return azx.summary(idata, var_names=names)
+    rows = {}
+    for name in names:
+        values = np.asarray(idata.posterior[name])[0, 0]
+        if values.ndim == 0:
+            rows[name] = float(values)
+        else:
+            for idx in np.ndindex(values.shape):
+                rows[f"{name}[{', '.join(map(str, idx))}]"] = float(values[idx])
+    return pd.DataFrame({"estimate": pd.Series(rows)})
+
+
+def _plot_objective(idata, path, title):
+    import matplotlib.pyplot as plt
+
+    from latentzoo.results import atomic_savefig
+
+    obj = np.asarray(idata.sample_stats["objective"]).ravel()
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot(np.arange(1, obj.size + 1), obj, marker="." if obj.size < 60 else None)
+    ax.set_xlabel("sweep")
+    ax.set_ylabel("objective (ELBO / log-likelihood)")
+    ax.set_title(title)
+    fig.tight_layout()
+    atomic_savefig(fig, path, dpi=90)
+    plt.close(fig)
+
+
+def write_run(out: str, idata, *, family, method, seconds: float, data_name: str) -> object:
+    """Write ``posterior.nc``, ``summary.csv`` and ``trace.png`` into ``out`` through a staging
+    folder (all three appear together or none); print the summary. Returns the summary table."""
+    from latentzoo.results import atomic_write_text, staged_run_dir
+
+    title = f"{family.name} / {method.name} on {data_name}"
+    idata.posterior.attrs.update(
+        latentzoo_model=family.name, latentzoo_method=method.name, latentzoo_data=data_name,
+        latentzoo_seconds=float(seconds),
+    )
+    table = summarise(idata, family.identified)
+    with staged_run_dir(out) as stage:
+        azx.save(idata, os.path.join(stage, "posterior.nc"))
+        atomic_write_text(os.path.join(stage, "summary.csv"), table.to_csv())
+        trace = os.path.join(stage, "trace.png")
+        if is_point_fit(idata) and "objective" in getattr(idata, "sample_stats", {}):
+            _plot_objective(idata, trace, title)
+        else:
+            sites = [s for s in family.trace_sites if s in idata.posterior.data_vars]
+            azx.plot_trace(idata, trace, var_names=sites or None)
+    print_summary(table, title, seconds)
+    print(f"\nwrote {out}/posterior.nc, {out}/summary.csv, {out}/trace.png")
+    return table
+
+
+def print_summary(table, title: str, seconds: float | None) -> None:
+    import pandas as pd
+
+    timing = "" if seconds is None else f": fitted in {seconds:.1f} s"
+    print(f"{title}{timing}\n")
+    with pd.option_context("display.max_rows", 40, "display.width", 120):
+        print(table.head(40).to_string())
+    if len(table) > 40:
+        msg = f"\n... {len(table)} rows in all (summary.csv)"
+        if "r_hat" in table.columns:
+            msg += f"; max r_hat {table['r_hat'].max():.3f}, min ess_bulk {table['ess_bulk'].min():.0f}"
+        print(msg)
+
+
+def timed(fn, *args, **kwargs):
+    t0 = time.perf_counter()
+    out = fn(*args, **kwargs)
+    return out, time.perf_counter() - t0
