@@ -53,16 +53,16 @@ def _s_logits(values, obs, priors):
     return -0.5 * tau * quad + lp, states
 
 
-def _s_conditional(values, obs, priors):
+def s_conditional(values, obs, priors):
     return {"s": EnumeratedBinary(*_s_logits(values, obs, priors))}
 
 
-def _s_draw(key, values, obs, priors):
+def s_draw(key, values, obs, priors):
     X, W, tau = obs["X"], values["W"], values["tau"]
     s0 = jnp.asarray(values["s"], X.dtype)
     N, K = s0.shape
     if K <= ENUM_MAX_K:
-        return {"s": _s_conditional(values, obs, priors)["s"].sample(key).astype(values["s"].dtype)}
+        return {"s": s_conditional(values, obs, priors)["s"].sample(key).astype(values["s"].dtype)}
     p = _s_prior_probs(priors, (N, K))
     logit = jnp.log(p) - jnp.log1p(-p)
     G = (W * W).sum(0)
@@ -101,7 +101,7 @@ def _tau_conditional(values, obs, priors):
 
 def s_update() -> GibbsUpdate:
     return GibbsUpdate(
-        "s | W, pi, tau", ("s",), {"s": BERNOULLI, "X": NORMAL}, _s_conditional, _s_draw
+        "s | W, pi, tau", ("s",), {"s": BERNOULLI, "X": NORMAL}, s_conditional, s_draw
     )
 
 

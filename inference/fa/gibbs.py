@@ -120,7 +120,7 @@ def psi_conditional(values, obs, priors):
     return {"psi": gamma_precision_posterior(a0, b0, N, (r * r).sum(0))}
 
 
-def _scale_step(key, values, obs, priors, jacobian_power=None):
+def scale_step(key, values, obs, priors, jacobian_power=None):
     W, z = values["W"], values["z"]
     D, K = W.shape
     N = z.shape[0]
@@ -151,7 +151,7 @@ def _scale_step(key, values, obs, priors, jacobian_power=None):
     return {"W": W * jnp.exp(t), "z": z * jnp.exp(-t)}
 
 
-def _shift_step(key, values, obs, priors):
+def shift_step(key, values, obs, priors):
     z, mu, W = values["z"], values["mu"], values["W"]
     N, K = z.shape
     mz, sz = prior_params(priors["z"], (N, K), "loc", "scale")
@@ -163,7 +163,7 @@ def _shift_step(key, values, obs, priors):
     return {"z": z + c, "mu": mu - W @ c}
 
 
-def _shear_step(key, values, obs, priors):
+def shear_step(key, values, obs, priors):
     W, z = values["W"], values["z"]
     D, K = W.shape
     N = z.shape[0]
@@ -200,7 +200,7 @@ def psi_update() -> GibbsUpdate:
 
 
 def scale_move() -> Move:
-    return Move("scale interweaving (W_k c, z_k / c)", ("W", "z"), {"X": NORMAL}, _scale_step)
+    return Move("scale interweaving (W_k c, z_k / c)", ("W", "z"), {"X": NORMAL}, scale_step)
 
 
 def shear_move() -> Move:
@@ -208,7 +208,7 @@ def shear_move() -> Move:
         "shear interweaving (W_l + c W_k, z_k - c z_l)",
         ("W", "z"),
         {"W": NORMAL, "z": NORMAL, "X": NORMAL},
-        _shear_step,
+        shear_step,
     )
 
 
@@ -217,7 +217,7 @@ def shift_move() -> Move:
         "shift interweaving (z_n + c, mu - W c)",
         ("z", "mu"),
         {"z": NORMAL, "mu": NORMAL, "X": NORMAL},
-        _shift_step,
+        shift_step,
     )
 
 

@@ -165,7 +165,7 @@ def _z_draw(key, values, obs, priors):
     return {"z": gaussian_draw(key, *_z_natural(values, obs, priors, values["c"]))}
 
 
-def _c_conditional(values, obs, priors):
+def c_conditional(values, obs, priors):
     X, W, mu, psi, z = obs["X"], values["W"], values["mu"], values["psi"], values["z"]
     r = X[:, None, :] - jnp.einsum("jdk,nk->njd", W, z) - mu[None]  # (N, J, D)
     # The log psi_d / 2 terms are the same for every j and cancel in the normalisation.
@@ -267,7 +267,7 @@ def cz_update() -> GibbsUpdate:
 
 def c_given_z_update() -> GibbsUpdate:
     requires = {"c": CATEGORICAL, "X": NORMAL}
-    return GibbsUpdate("c | z, W, mu, psi, pi", ("c",), requires, _c_conditional)
+    return GibbsUpdate("c | z, W, mu, psi, pi", ("c",), requires, c_conditional)
 
 
 def z_given_c_update() -> GibbsUpdate:

@@ -53,7 +53,7 @@ __all__ = [
     "noca_state_log_joint",
 ]
 
-_Q_TINY = 1e-300
+Q_TINY = 1e-300
 
 
 def log1mexp(z):
@@ -79,7 +79,7 @@ def positive_terms(q, lam_p, th_p, th0_p):
 
     Shapes: q, lam_p, th_p (P, K) (rows gathered for each positive), th0_p (P,).
     """
-    qs = jnp.maximum(q, _Q_TINY)
+    qs = jnp.maximum(q, Q_TINY)
     on = log1mexp(th0_p[:, None] + th_p / qs)
     off = log1mexp(th0_p)[:, None]
     return jnp.where(q > 0, q * (lam_p * on + (1.0 - lam_p) * off), 0.0)

@@ -10,7 +10,7 @@ import numpy as np
 from latentzoo import runs
 from latentzoo.data import MATRIX
 from latentzoo.models.cvq import cvq, default_cvq_data
-from latentzoo.registry import Family, Method, register
+from latentzoo.registry import Family, FamilyChecks, Method, register
 
 __all__ = ["CVQ"]
 
@@ -50,6 +50,32 @@ def cvq_posterior_predictive(idata, rng_seed=0, max_draws=200):
     return {"X": x[None]}
 
 
+def _cvq_table():
+    from latentzoo.inference.cvq import cvq_updates
+
+    return cvq_updates()
+
+
+def _cvq_vb_check():
+    from latentzoo.inference.cavi import CAVI
+    from latentzoo.inference.cvq import cvq_guide, cvq_vem
+
+    X = np.asarray(default_cvq_data(1)[0][:60])
+    return CAVI(cvq, cvq_guide, cvq_vem()), X, dict(K=4)
+
+
+CVQ_CHECKS = FamilyChecks(
+    model_kwargs=dict(N=10, D=4, K=2),
+    gibbs_table=_cvq_table,
+    test_functions={
+        "tau": lambda v: v["tau"],
+        "pi_sum": lambda v: jnp.sum(v["pi"]),
+        "gram_trace": lambda v: jnp.sum(v["W"] ** 2),
+    },
+    broken_site="tau",
+    vb=_cvq_vb_check,
+)
+
 CVQ = register(
     Family(
         name="cvq",
@@ -68,5 +94,6 @@ CVQ = register(
         posterior_predictive=cvq_posterior_predictive,
         default_K=8,
         docs="models/cvq.md",
+        checks=CVQ_CHECKS,
     )
 )

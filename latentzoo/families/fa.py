@@ -20,7 +20,7 @@ import numpy as np
 from latentzoo import runs
 from latentzoo.data import MATRIX, iter_matrix_chunks
 from latentzoo.models.factor_analysis import default_fa_data, factor_analysis, marginal_log_likelihood
-from latentzoo.registry import Family, Method, register
+from latentzoo.registry import Family, FamilyChecks, Method, register
 
 __all__ = ["FA", "fa_posterior_predictive"]
 
@@ -195,6 +195,45 @@ def fa_posterior_predictive(idata, rng_seed=0, max_draws=200):
     return {"X": (mu[pick][:, None, :] + z @ np.swapaxes(W[pick], -1, -2) + eps)[None]}
 
 
+def _fa_vb_check():
+    import numpyro.distributions as dist
+
+    from latentzoo.inference.cavi import CAVI
+    from latentzoo.inference.fa import fa_cavi
+
+    X = default_fa_data(1, N=40, D=5, K=2)
+    vb = fa_cavi()
+    # non-default hyperparameters: a non-zero prior mean on W and a tight mu prior
+    kwargs = dict(K=2, priors={"W": dist.Normal(0.5, 2.0), "mu": dist.Normal(1.0, 0.5)})
+    return CAVI(factor_analysis, vb.guide, vb.algorithm), X, kwargs
+
+
+def _fa_table():
+    from latentzoo.inference.fa import fa_updates
+
+    return fa_updates()
+
+
+def _fa_small():
+    import numpyro.distributions as dist
+
+    # mu's prior tightened from N(0, 10^2): under the diffuse prior a short Geweke chain moves mu
+    # by ~1/sqrt(N) per step across a range of 10 and mixes too slowly for a short run.
+    return dict(N=12, D=4, K=2, priors={"mu": dist.Normal(0.0, 1.0)})
+
+
+FA_CHECKS = FamilyChecks(
+    model_kwargs=_fa_small(),
+    gibbs_table=_fa_table,
+    test_functions={
+        "psi": lambda v: v["psi"],
+        "cov_diag": lambda v: jnp.sum(v["W"] ** 2, -1) + 1.0 / v["psi"],
+        "cov01": lambda v: v["W"][0] @ v["W"][1],
+    },
+    broken_site="psi",
+    vb=_fa_vb_check,
+)
+
 FA = register(
     Family(
         name="fa",
@@ -216,5 +255,6 @@ FA = register(
         posterior_predictive=fa_posterior_predictive,
         default_K=3,
         docs="models/fa.md",
+        checks=FA_CHECKS,
     )
 )

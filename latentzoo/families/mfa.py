@@ -17,7 +17,7 @@ import numpy as np
 from latentzoo import runs
 from latentzoo.data import MATRIX
 from latentzoo.models.mfa import default_mfa_data, mfa
-from latentzoo.registry import Family, Method, register
+from latentzoo.registry import Family, FamilyChecks, Method, register
 
 __all__ = ["MFA", "DEFAULT_J"]
 
@@ -59,6 +59,25 @@ def mfa_posterior_predictive(idata, rng_seed=0, max_draws=200):
     return {"X": np.stack(out)[None]}
 
 
+def _mfa_table():
+    from latentzoo.inference.mfa import mfa_updates
+
+    return mfa_updates()
+
+
+def _tight_mu():
+    import numpyro.distributions as dist
+
+    return dist.Normal(0.0, 1.0)  # a short Geweke chain cannot cross the default N(0, 10^2)
+
+
+MFA_CHECKS = FamilyChecks(
+    model_kwargs=dict(N=10, D=3, K=1, J=2, priors={"mu": _tight_mu()}),
+    gibbs_table=_mfa_table,
+    test_functions={"psi": lambda v: v["psi"], "pi_sq": lambda v: jnp.sum(v["pi"] ** 2)},
+    broken_site="psi",
+)
+
 MFA = register(
     Family(
         name="mfa",
@@ -73,5 +92,6 @@ MFA = register(
         posterior_predictive=mfa_posterior_predictive,
         default_K=1,
         docs="models/mfa.md",
+        checks=MFA_CHECKS,
     )
 )

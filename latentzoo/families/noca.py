@@ -11,7 +11,7 @@ import numpy as np
 from latentzoo import runs
 from latentzoo.data import BINARY_MATRIX
 from latentzoo.models.noca import default_noca_data, noca
-from latentzoo.registry import Family, Method, register
+from latentzoo.registry import Family, FamilyChecks, Method, register
 
 __all__ = ["NOCA", "NOCA_MCMC_MAX_SITES"]
 
@@ -62,6 +62,18 @@ def noca_posterior_predictive(idata, rng_seed=0, max_draws=200):
     return {"X": (rng.random(p_on.shape) < p_on).astype(float)[None]}
 
 
+def _noca_vb_check():
+    from latentzoo.inference.cavi import CAVI
+    from latentzoo.inference.noca import noca_guide, noca_vem
+
+    X = np.asarray(default_noca_data(1, N=80)[0])
+    return CAVI(noca, noca_guide, noca_vem()), X, dict(K=4, num_pos=int(X.sum()))
+
+
+# NOCA's only conjugate update is pi | s; everything else runs through NumPyro's generic kernels
+# (tested in tests/inference/test_noca_mcmc.py), so the Gibbs conformance check does not apply.
+NOCA_CHECKS = FamilyChecks(model_kwargs=dict(N=10, D=5, K=2), vb=_noca_vb_check)
+
 NOCA = register(
     Family(
         name="noca",
@@ -80,5 +92,6 @@ NOCA = register(
         posterior_predictive=noca_posterior_predictive,
         default_K=8,
         docs="models/noca.md",
+        checks=NOCA_CHECKS,
     )
 )

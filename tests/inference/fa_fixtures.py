@@ -41,7 +41,7 @@ def broken_scale_move() -> Move:
         N = values["z"].shape[0]
         D = values["W"].shape[0]
         # Pretend the sizes are swapped: the MH ratio then uses the wrong Jacobian.
-        out = fa_gibbs._scale_step(key, values, obs, priors, jacobian_power=N - D)
+        out = fa_gibbs.scale_step(key, values, obs, priors, jacobian_power=N - D)
         return out
 
     return Move("scale move (broken Jacobian)", ("W", "z"), {"X": (dist.Normal,)}, step)

@@ -101,13 +101,13 @@ def test_column_scan_draw_for_large_K_leaves_conditional_invariant():
     values, X = simulate(cvq, {"K": K, "N": N, "D": D}, key)
     from latentzoo.inference.gibbs import read_model
     priors, obs, _ = read_model(cvq, values, (X,), {"K": K})
-    cond = cvq_gibbs._s_conditional(values, obs, priors)["s"]
+    cond = cvq_gibbs.s_conditional(values, obs, priors)["s"]
     exact = (jnp.exp(cond.logits) @ cond.states)  # (N, K) marginals
 
     def one(k):
         k1, k2 = jax.random.split(k)
         s0 = cond.sample(k1)
-        return cvq_gibbs._s_draw(k2, {**values, "s": s0}, obs, priors)["s"]
+        return cvq_gibbs.s_draw(k2, {**values, "s": s0}, obs, priors)["s"]
 
     draws = jax.jit(jax.vmap(one))(jax.random.split(key, 4000))
     assert float(jnp.abs(draws.mean(0) - exact).max()) < 0.04  # 4000 draws: s.e. <= 0.008

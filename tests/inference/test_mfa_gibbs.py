@@ -91,7 +91,7 @@ def test_conditional_matches_joint_density(update):
 def test_conditional_check_catches_a_missing_weight():
     # c | z without the log pi_j term: the check must see the difference.
     def conditional(values, obs, priors):
-        d = mg._c_conditional(values, obs, priors)["c"]
+        d = mg.c_conditional(values, obs, priors)["c"]
         return {"c": dist.Categorical(logits=d.logits - jnp.log(values["pi"]))}
 
     broken = GibbsUpdate("c (broken)", ("c",), {}, conditional)
