@@ -36,12 +36,16 @@ from numpyro.handlers import condition, seed, trace
 from numpyro.infer.util import log_density
 
 
-from .gibbs import read_model
-from .updates import GibbsUpdate
+from latentzoo.inference.gibbs import read_model
+from latentzoo.inference.updates import GibbsUpdate, Move
 
 __all__ = [
     "simulate",
     "check_conditional",
+    "check_likelihood_invariance",
+    "check_move_on_orbit",
+    "OrbitResult",
+    "log_likelihood",
     "geweke_test",
     "sbc",
     "GewekeResult",
@@ -87,34 +91,154 @@ def _labels(test_functions: TestFunctions, values) -> list[str]:
 
 # --------------------------------------------------------------------- conditional check
 def check_conditional(
-    model, update: GibbsUpdate, model_kwargs, rng_key, *, num_pairs: int = 3, data_site="X"
+    model,
+    update: GibbsUpdate,
+    model_kwargs,
+    rng_key,
+    *,
+    num_pairs: int = 3,
+    data_site="X",
+    priors_list=None,
 ) -> float:
     """Largest ``|Δlog q - Δlog p|`` over ``num_pairs`` random pairs of block values.
 
     For each pair, the data and the non-block sites are a prior-predictive draw; value ``a`` of
     the block is the prior draw, ``b`` a draw from the update's conditional. Returns the largest
     absolute disagreement relative to ``1 + |Δ log p|``; a right conditional gives round-off.
+
+    ``priors_list``: several ``priors`` dicts of the same structure (e.g. random hyperparameters);
+    each is checked on ``num_pairs`` pairs. They are passed to one compiled function as
+    arguments (NumPyro distributions are pytrees), so the check compiles once.
     """
     if update.conditional is None:
         raise ValueError(f"update {update.name!r} has no closed-form conditional to check.")
+    static = {k: v for k, v in model_kwargs.items() if k != "priors"}
+    if priors_list is None:
+        priors_list = [model_kwargs.get("priors")]
+    stacked = jax.tree_util.tree_map(lambda *xs: jnp.stack([jnp.asarray(x) for x in xs]), *priors_list)
 
-    @jax.jit
-    def disagreement(key):
+    def disagreement(key, priors):
+        kw = {**static, "priors": priors}
         k_sim, k_draw = jax.random.split(key)
-        a, X = simulate(model, model_kwargs, k_sim, data_site)
-        priors, obs, _ = read_model(model, a, (X,), model_kwargs)
-        cond = update.conditional(a, obs, priors)
+        a, X = simulate(model, kw, k_sim, data_site)
+        fns, obs, _ = read_model(model, a, (X,), kw)
+        cond = update.conditional(a, obs, fns)
         keys = jax.random.split(k_draw, len(update.sites))
         b = {**a, **{s: cond[s].sample(k) for s, k in zip(update.sites, keys)}}
         d_cond = sum(
             cond[s].log_prob(a[s]).sum() - cond[s].log_prob(b[s]).sum() for s in update.sites
         )
-        d_joint = log_density(model, (X,), model_kwargs, a)[0] - log_density(
-            model, (X,), model_kwargs, b
-        )[0]
+        d_joint = log_density(model, (X,), kw, a)[0] - log_density(model, (X,), kw, b)[0]
         return jnp.abs(d_cond - d_joint) / (1.0 + jnp.abs(d_joint))
 
-    return float(jnp.max(jax.lax.map(disagreement, jax.random.split(rng_key, num_pairs))))
+    def one_prior(args):
+        key, priors = args
+        keys = jax.random.split(key, num_pairs)
+        return jnp.max(jax.lax.map(lambda k: disagreement(k, priors), keys))
+
+    keys = jax.random.split(rng_key, len(priors_list))
+    return float(jnp.max(jax.jit(lambda a: jax.lax.map(one_prior, a))((keys, stacked))))
+
+
+# ------------------------------------------------------------------------------ moves
+def log_likelihood(model, values, X, model_kwargs, data_site: str = "X") -> jax.Array:
+    """log p(X | values): the observed site's log density at these latent values."""
+    priors, _, _ = read_model(model, values, (X,), model_kwargs)
+    return priors[data_site].log_prob(X).sum()
+
+
+def check_likelihood_invariance(
+    model, move: Move, model_kwargs, rng_key, *, num_pairs: int = 3, data_site: str = "X"
+) -> float:
+    """Largest relative change of log p(X | latents) made by one step of ``move``.
+
+    Interweaving moves (FA's shift, scale and shear) travel along groups that leave the
+    likelihood unchanged (z Wᵀ + mu is invariant); a right move gives round-off, a move whose
+    group action is wrong (a swapped index, a wrong sign) changes the likelihood by O(1).
+    """
+
+    @jax.jit
+    def change(key):
+        k_sim, k_move = jax.random.split(key)
+        values, X = simulate(model, model_kwargs, k_sim, data_site)
+        priors, obs, _ = read_model(model, values, (X,), model_kwargs)
+        moved = {**values, **move.sample(k_move, values, obs, priors)}
+        before = log_likelihood(model, values, X, model_kwargs, data_site)
+        after = log_likelihood(model, moved, X, model_kwargs, data_site)
+        return jnp.abs(after - before) / (1.0 + jnp.abs(before))
+
+    return float(jnp.max(jax.lax.map(change, jax.random.split(rng_key, num_pairs))))
+
+
+class OrbitResult(NamedTuple):
+    z_scores: np.ndarray  # (2,): mean of t, then of t^2, chain against the exact target
+    threshold: float
+    passed: bool
+    exact_moments: np.ndarray
+    chain_moments: np.ndarray
+
+
+def check_move_on_orbit(
+    model,
+    move: Move,
+    model_kwargs,
+    rng_key,
+    *,
+    num_steps: int = 20000,
+    half_width: float = 6.0,
+    num_grid: int = 6001,
+    alpha: float = 0.01,
+    data_site: str = "X",
+) -> OrbitResult:
+    """Run ``move`` alone from one prior draw and compare the law of its orbit coordinate ``t``
+    with the exact target the move claims to leave invariant.
+
+    The target is ``p(orbit(v0, t), X) * exp(orbit_log_jacobian(v0, t))``, evaluated from the
+    model's joint density on a grid of ``t`` (one orbit: the move's ``t`` must have one
+    coordinate, e.g. FA with K = 1), so its mean and second moment are exact up to quadrature.
+    The chain's moments are compared with z-scores that use the chain's effective sample size,
+    Bonferroni-corrected at familywise level ``alpha``. A move that samples the wrong law on its
+    orbit (an MH step without its accept step, a wrong Jacobian) fails; a right one passes.
+    """
+    if move.orbit is None or move.coordinate is None:
+        raise ValueError(f"move {move.name!r} declares no orbit to check it on.")
+    jac = move.orbit_log_jacobian or (lambda v, t: 0.0)
+    k_sim, k_run = jax.random.split(rng_key)
+    v0, X = simulate(model, model_kwargs, k_sim, data_site)
+    t_shape = jax.eval_shape(lambda: move.coordinate(v0, v0)).shape
+    if int(np.prod(t_shape)) != 1:
+        raise ValueError(f"check_move_on_orbit needs a one-dimensional orbit, got t of shape {t_shape}.")
+
+    def log_target(t):
+        tt = jnp.reshape(t, t_shape)
+        v = {**v0, **move.orbit(v0, tt)}
+        return log_density(model, (X,), model_kwargs, v)[0] + jac(v0, tt)
+
+    grid = jnp.linspace(-half_width, half_width, num_grid)
+    lp = jax.jit(jax.vmap(log_target))(grid)
+    w = np.exp(np.asarray(lp - jnp.max(lp)))
+    w /= w.sum()
+    g = np.asarray(grid)
+    if w[0] > 1e-10 or w[-1] > 1e-10:
+        raise ValueError("the orbit's target has mass at the grid's ends; widen half_width.")
+    exact = np.array([np.sum(w * g), np.sum(w * g**2)])
+
+    @jax.jit
+    def run(key):
+        def body(values, k):
+            priors, obs, _ = read_model(model, values, (X,), model_kwargs)
+            values = {**values, **move.sample(k, values, obs, priors)}
+            t = jnp.reshape(move.coordinate(v0, values), ())
+            return values, jnp.stack([t, t * t])
+
+        return jax.lax.scan(body, v0, jax.random.split(key, num_steps))[1]
+
+    G = np.asarray(run(k_run))
+    ess = np.clip(np.asarray(effective_sample_size(G[None])), 1.0, len(G))
+    se = np.sqrt(G.var(0) / ess)
+    z = (G.mean(0) - exact) / se
+    threshold = _bonferroni_z(alpha, 2)
+    return OrbitResult(z, threshold, bool(np.max(np.abs(z)) < threshold), exact, G.mean(0))
 
 
 # ------------------------------------------------------------------------------- Geweke

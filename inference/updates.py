@@ -84,12 +84,26 @@ class Move(NamedTuple):
         sites: the latent sites the move may change.
         requires: as for :class:`GibbsUpdate`.
         step: ``(key, values, obs, priors) -> {site: new value}`` for ``sites``.
+        orbit: optional group action ``(values, t) -> values`` along which the move travels
+            (``t`` of shape (K,), one coordinate per independent orbit, t = 0 the identity).
+        orbit_log_jacobian: ``(values, t) -> scalar``, log of the Jacobian of the action with
+            respect to the measure the move targets (so the move leaves
+            ``p(orbit(v, t)) * exp(orbit_log_jacobian(v, t))`` invariant in ``t``).
+        coordinate: ``(reference, values) -> t`` recovering ``t`` with
+            ``values = orbit(reference, t)``.
+
+    The three optional fields let :func:`~latentzoo.inference.checks.check_move_on_orbit` test an
+    MH move against the exact target on a 1-D orbit, which a Geweke test on a small problem can
+    miss (an MH move whose accept step is lost still nearly preserves a peaked target).
     """
 
     name: str
     sites: tuple[str, ...]
     requires: Mapping[str, tuple[type, ...]]
     step: SampleFn
+    orbit: Callable | None = None
+    orbit_log_jacobian: Callable | None = None
+    coordinate: Callable | None = None
 
     def sample(self, key, values, obs, priors) -> SiteValues:
         return self.step(key, values, obs, priors)

@@ -102,6 +102,11 @@ class FamilyChecks(NamedTuple):
             the short Geweke run has the power to fail a wrong kernel.
         vb: ``() -> (driver, X, model_kwargs)`` a :class:`~latentzoo.inference.cavi.CAVI`
             driver and a small data set for the ELBO-monotonicity check, or None.
+        random_priors: ``(numpy Generator) -> priors dict`` with non-default hyperparameters
+            (non-zero means, unequal scales, shapes far from 1) of every site the table's
+            updates read: the deterministic checks run every update under them.
+        orbit_model_kwargs: sizes at which every move with an orbit has a one-dimensional orbit
+            (e.g. K = 1), for :func:`~latentzoo.inference.checks.check_move_on_orbit`.
     """
 
     model_kwargs: dict
@@ -109,6 +114,8 @@ class FamilyChecks(NamedTuple):
     test_functions: dict | None = None
     broken_site: str | None = None
     vb: Callable | None = None
+    random_priors: Callable | None = None
+    orbit_model_kwargs: dict | None = None
 
 
 class Family(NamedTuple):

@@ -199,8 +199,27 @@ def psi_update() -> GibbsUpdate:
     return GibbsUpdate("psi | z, W, mu", ("psi",), {"psi": GAMMA, "X": NORMAL}, psi_conditional)
 
 
+def scale_orbit(values, t):
+    """The scale group's action: column k of W times e^{t_k}, of z times e^{-t_k}."""
+    return {"W": values["W"] * jnp.exp(t), "z": values["z"] * jnp.exp(-t)}
+
+
+def scale_orbit_log_jacobian(values, t):
+    """log of c^(D - N) per column: |d(W c, z / c)/d(W, z)| times the Haar measure dc/c = dt."""
+    D, N = values["W"].shape[0], values["z"].shape[0]
+    return (D - N) * jnp.sum(t)
+
+
+def scale_coordinate(reference, values):
+    """t with values = scale_orbit(reference, t) (read off the first row of W)."""
+    return jnp.log(values["W"][0] / reference["W"][0])
+
+
 def scale_move() -> Move:
-    return Move("scale interweaving (W_k c, z_k / c)", ("W", "z"), {"X": NORMAL}, scale_step)
+    return Move(
+        "scale interweaving (W_k c, z_k / c)", ("W", "z"), {"X": NORMAL}, scale_step,
+        orbit=scale_orbit, orbit_log_jacobian=scale_orbit_log_jacobian, coordinate=scale_coordinate,
+    )
 
 
 def shear_move() -> Move:

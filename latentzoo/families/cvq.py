@@ -64,16 +64,32 @@ def _cvq_vb_check():
     return CAVI(cvq, cvq_guide, cvq_vem()), X, dict(K=4)
 
 
+def _cvq_random_priors(rng):
+    import numpyro.distributions as dist
+
+    return {
+        "W": dist.Normal(rng.uniform(-1.0, 1.0), rng.uniform(0.3, 3.0)),
+        "pi": dist.Beta(rng.uniform(0.3, 5.0), rng.uniform(0.3, 5.0)),
+        "tau": dist.Gamma(rng.uniform(0.3, 6.0), rng.uniform(0.2, 4.0)),
+    }
+
+
 CVQ_CHECKS = FamilyChecks(
     model_kwargs=dict(N=10, D=4, K=2),
     gibbs_table=_cvq_table,
+    # Summaries invariant to permuting the sources: s through the active fraction and the
+    # reconstruction s Wᵀ, with cross-moments (tau * active, recon01).
     test_functions={
         "tau": lambda v: v["tau"],
         "pi_sum": lambda v: jnp.sum(v["pi"]),
         "gram_trace": lambda v: jnp.sum(v["W"] ** 2),
+        "active": lambda v: jnp.mean(v["s"]),
+        "recon": lambda v: jnp.mean((v["s"] @ v["W"].T) ** 2, 0),
+        "recon01": lambda v: jnp.mean((v["s"] @ v["W"][0]) * (v["s"] @ v["W"][1])),
     },
     broken_site="tau",
     vb=_cvq_vb_check,
+    random_priors=_cvq_random_priors,
 )
 
 CVQ = register(

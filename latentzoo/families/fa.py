@@ -222,16 +222,35 @@ def _fa_small():
     return dict(N=12, D=4, K=2, priors={"mu": dist.Normal(0.0, 1.0)})
 
 
+def _fa_random_priors(rng):
+    import numpyro.distributions as dist
+
+    return {
+        "W": dist.Normal(rng.uniform(-1.0, 1.0), rng.uniform(0.3, 3.0)),
+        "z": dist.Normal(rng.uniform(-1.0, 1.0), rng.uniform(0.5, 2.0)),
+        "mu": dist.Normal(rng.uniform(-2.0, 2.0), rng.uniform(0.3, 3.0)),
+        "psi": dist.Gamma(rng.uniform(0.3, 6.0), rng.uniform(0.2, 4.0)),
+    }
+
+
 FA_CHECKS = FamilyChecks(
     model_kwargs=_fa_small(),
     gibbs_table=_fa_table,
+    # Identified summaries of every latent site (W only through W Wᵀ, z through the signal
+    # z Wᵀ, both rotation-invariant) with a cross-moment per block (psi0 psi1, cov01, signal01).
     test_functions={
         "psi": lambda v: v["psi"],
+        "psi01": lambda v: v["psi"][0] * v["psi"][1],
         "cov_diag": lambda v: jnp.sum(v["W"] ** 2, -1) + 1.0 / v["psi"],
         "cov01": lambda v: v["W"][0] @ v["W"][1],
+        "signal": lambda v: jnp.mean((v["z"] @ v["W"].T) ** 2, 0),
+        "signal01": lambda v: jnp.mean((v["z"] @ v["W"][0]) * (v["z"] @ v["W"][1])),
     },
     broken_site="psi",
     vb=_fa_vb_check,
+    random_priors=_fa_random_priors,
+    # K = 1: the scale move's orbit is one-dimensional; N < D skews its target (Jacobian c^(D-N))
+    orbit_model_kwargs=dict(N=3, D=6, K=1),
 )
 
 FA = register(

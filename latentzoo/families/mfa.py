@@ -71,11 +71,32 @@ def _tight_mu():
     return dist.Normal(0.0, 1.0)  # a short Geweke chain cannot cross the default N(0, 10^2)
 
 
+def _mfa_random_priors(rng):
+    import numpyro.distributions as dist
+
+    return {
+        "pi": rng.uniform(0.3, 4.0),
+        "W": dist.Normal(rng.uniform(-1.0, 1.0), rng.uniform(0.3, 3.0)),
+        "mu": dist.Normal(rng.uniform(-2.0, 2.0), rng.uniform(0.3, 3.0)),
+        "psi": dist.Gamma(rng.uniform(0.3, 6.0), rng.uniform(0.2, 4.0)),
+    }
+
+
 MFA_CHECKS = FamilyChecks(
     model_kwargs=dict(N=10, D=3, K=1, J=2, priors={"mu": _tight_mu()}),
     gibbs_table=_mfa_table,
-    test_functions={"psi": lambda v: v["psi"], "pi_sq": lambda v: jnp.sum(v["pi"] ** 2)},
+    # Summaries invariant to relabelling the components (and to the sign of W_j, z): c through
+    # the fraction of row pairs that share a component, z through z^2.
+    test_functions={
+        "psi": lambda v: v["psi"],
+        "psi01": lambda v: v["psi"][0] * v["psi"][1],
+        "pi_sq": lambda v: jnp.sum(v["pi"] ** 2),
+        "co_cluster": lambda v: jnp.mean(v["c"][:, None] == v["c"][None, :]),
+        "z_sq": lambda v: jnp.mean(v["z"] ** 2),
+        "mu_spread": lambda v: jnp.sum((v["mu"] - v["mu"].mean(0)) ** 2),
+    },
     broken_site="psi",
+    random_priors=_mfa_random_priors,
 )
 
 MFA = register(
