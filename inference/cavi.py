@@ -8,18 +8,28 @@ parameters and the model's arguments,
 - ``update(params, *args, **kwargs) -> params`` (one full sweep of closed-form updates), and
 - ``elbo(params, *args, **kwargs) -> scalar`` (the analytic objective).
 
+An ``update`` that takes a keyword ``rng_key`` (the recipes of
+:func:`latentzoo.inference.cavi_blocks.coordinate_ascent`, whose blocks may fall back to SVI steps)
+gets a fresh key every sweep, split from the state's key as :class:`numpyro.infer.SVI` does.
+
 ``init`` / ``update`` / ``run`` mirror :class:`numpyro.infer.SVI`; ``run`` returns
 :class:`numpyro.infer.svi.SVIRunResult` with ``losses = -ELBO``, so the results plug into
 ``Predictive(model, guide=guide, params=result.params)`` and ``Trace_ELBO`` unchanged.
 Point-estimated parameters (EM, variational EM) are ``Delta`` sites of the same guide, so the
-objective is still an ELBO and ``Trace_ELBO`` checks it.
+objective is still an ELBO and ``Trace_ELBO`` checks it. ``run(..., restarts=R)`` runs R starts,
+each from its own key, and keeps the one with the best final objective.
 
 Coordinate ascent never decreases the objective; a decrease beyond round-off means a wrong update
 or a numerical failure, and :class:`CAVI` raises :class:`ELBODecreaseError` or warns (``on_decrease``).
+
+Block tables (update records that declare the prior families they are exact for, checked against
+the model like Gibbs tables) and the recipe builder over them are in
+:mod:`latentzoo.inference.cavi_blocks`.
 """
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -84,6 +94,13 @@ def _roundoff(elbo_value: float) -> float:
     return 1e-10 * max(1.0, abs(elbo_value)) + 1e-9
 
 
+def _accepts(fn, name: str) -> bool:
+    try:
+        return name in inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # a callable without a signature
+        return False
+
+
 class CAVI:
     """SVI-shaped driver for closed-form updates.
 
@@ -108,13 +125,18 @@ class CAVI:
         self.guide = guide
         self.algorithm = algorithm
         self.on_decrease = on_decrease
+        self._takes_key = _accepts(algorithm.update, "rng_key")
         self._jitted: dict[Any, tuple[Callable, Callable]] = {}
 
     def _fns(self, kwargs):
         key = tuple(sorted((k, repr(v)) for k, v in kwargs.items()))
         if key not in self._jitted:
-            update = jax.jit(lambda p, *a: self.algorithm.update(p, *a, **kwargs))
-            elbo = jax.jit(lambda p, *a: self.algorithm.elbo(p, *a, **kwargs))
+            algo = self.algorithm
+            if self._takes_key:
+                update = jax.jit(lambda p, k, *a: algo.update(p, *a, rng_key=k, **kwargs))
+            else:
+                update = jax.jit(lambda p, k, *a: algo.update(p, *a, **kwargs))
+            elbo = jax.jit(lambda p, *a: algo.elbo(p, *a, **kwargs))
             self._jitted[key] = (update, elbo)
         return self._jitted[key]
 
@@ -141,10 +163,11 @@ class CAVI:
     def update(self, state: CAVIState, *args, **kwargs) -> tuple[CAVIState, jax.Array]:
         """One sweep of coordinate updates; returns the new state and its loss (-ELBO)."""
         update, elbo = self._fns(kwargs)
-        params = update(state.params, *args)
+        rng_key, key_step = jax.random.split(state.rng_key)
+        params = update(state.params, key_step, *args)
         value = elbo(params, *args)
         self._check(float(state.elbo), float(value), state.step + 1)
-        return CAVIState(params, value, state.step + 1, state.rng_key), -value
+        return CAVIState(params, value, state.step + 1, rng_key), -value
 
     def _check(self, old: float, new: float, step: int) -> None:
         if not np.isfinite(new):
@@ -168,15 +191,39 @@ class CAVI:
         init_params=None,
         init_state: CAVIState | None = None,
         rtol: float = 1e-8,
+        restarts: int = 1,
         **kwargs,
     ) -> SVIRunResult:
         """Run up to ``num_steps`` sweeps; stop early when the relative ELBO change < ``rtol``.
 
+        With ``restarts=R > 1`` the run is repeated from R starts, each with its own key (the R
+        keys of ``jax.random.split(rng_key, R)``; ``init_params`` / ``init_state`` apply to the
+        first), and the run with the highest final ELBO is returned.
+
         Returns ``SVIRunResult(params, state, losses)`` with ``losses[i] = -ELBO`` after sweep i.
         """
+        if isinstance(restarts, bool) or not isinstance(restarts, (int, np.integer)) or restarts < 1:
+            raise ValueError(f"restarts must be a positive integer, got {restarts!r}.")
+        if restarts == 1:
+            return self._run_one(
+                rng_key, num_steps, args, kwargs, progress_bar, init_params, init_state, rtol, ""
+            )
+        best = None
+        for r, key in enumerate(jax.random.split(rng_key, restarts)):
+            res = self._run_one(
+                key, num_steps, args, kwargs, progress_bar,
+                init_params if r == 0 else None, init_state if r == 0 else None, rtol,
+                f" restart {r + 1}/{restarts}",
+            )
+            if best is None or float(res.state.elbo) > float(best.state.elbo):
+                best = res
+        return best
+
+    def _run_one(self, rng_key, num_steps, args, kwargs, progress_bar, init_params, init_state,
+                 rtol, label) -> SVIRunResult:
         state = init_state or self.init(rng_key, *args, init_params=init_params, **kwargs)
         losses = []
-        bar = tqdm(range(num_steps), disable=not progress_bar, desc="CAVI")
+        bar = tqdm(range(num_steps), disable=not progress_bar, desc="CAVI" + label)
         for _ in bar:
             old = float(state.elbo)
             state, loss = self.update(state, *args, **kwargs)
