@@ -46,6 +46,11 @@ the mode of :math:`\mathrm{Gamma}(a_d + N/2, b_d + R_d/2)`. With a flat prior on
 
 Every step maximises :math:`\mathcal F` over its block exactly, so :math:`\mathcal F` never
 decreases, and since the E-step makes the bound tight, neither does :math:`\log p(X, \theta)`.
+
+**The block table** :data:`EM_BLOCKS` (E-step, (W, mu), psi) declares the families each step is
+exact for. A changed family (``priors={"psi": dist.LogNormal(0.0, 1.0)}``) hands that M-step to
+SVI steps on its point estimates, i.e. MAP by gradient ascent under the model's exact log prior
+(:mod:`latentzoo.inference.cavi_blocks`), with one warning naming the block and the site.
 """
 
 from __future__ import annotations
@@ -60,19 +65,25 @@ from latentzoo.models.factor_analysis import factor_analysis
 from latentzoo.models.shapes import data_sizes
 
 
+from latentzoo.inference.cavi_blocks import CAVIBlock
 from latentzoo.inference.conjugate import gamma_expected_log_prior, normal_expected_log_prior
 from latentzoo.inference.fa.gibbs import z_natural
 from latentzoo.inference.gaussian import LOG_2PI, diag_embed, gaussian_block, precision_solve
 from latentzoo.inference.fa.vb import (
+    GAMMA,
+    NORMAL,
     FAPriors,
     FAVariational,
-    coordinate_ascent,
+    fa_recipe,
     orthonormal_loadings,
     sq_resid,
     z_moments,
 )
 
-__all__ = ["em_guide", "em_objective", "em_e_step", "em_W_mu", "em_psi", "EM_BLOCKS", "fa_em"]
+__all__ = [
+    "em_guide", "em_objective", "em_objective_terms", "em_e_step", "em_W_mu", "em_psi",
+    "EM_BLOCKS", "fa_em",
+]
 
 
 def em_guide(X=None, *, K, N=None, D=None, priors=None):
@@ -130,11 +141,27 @@ def em_psi(params, X, pri: FAPriors) -> dict:
     return {**params, "psi_loc": (pri.psi_a - 1.0 + 0.5 * N) / (pri.psi_b + 0.5 * (point + extra))}
 
 
-EM_BLOCKS = {"z": em_e_step, "W_mu": em_W_mu, "psi": em_psi}
+# The table. The (W, mu) M-step solves one ridge regression for both, so it needs both priors
+# Normal; a changed family of either (or of psi's Gamma) hands that block to SVI steps on the
+# point estimates, with the exact log prior of the changed site in F.
+EM_BLOCKS: tuple[CAVIBlock, ...] = (
+    CAVIBlock("E-step q(z)", ("z",), {"z": NORMAL, "X": NORMAL}, em_e_step, ("z_loc", "z_scale_tril")),
+    CAVIBlock(
+        "M-step (W, mu)", ("W", "mu"), {"W": NORMAL, "mu": NORMAL, "X": NORMAL}, em_W_mu,
+        ("W_loc", "mu_loc"),
+    ),
+    CAVIBlock("M-step psi", ("psi",), {"psi": GAMMA, "X": NORMAL}, em_psi, ("psi_loc",)),
+)
 
 
 def em_objective(params, X, pri: FAPriors) -> jax.Array:
     """F(q, theta) = E_q[log p(X, z, theta)] + H[q(z)] of the module docstring (a scalar)."""
+    return sum(em_objective_terms(params, X, pri).values())
+
+
+def em_objective_terms(params, X, pri: FAPriors) -> dict:
+    """F as terms: ``"X"`` the expected log-likelihood, ``"z"`` E_q[log p(z)], ``"entropy"``
+    H[q(z)], ``"W"``, ``"mu"``, ``"psi"`` the log priors of the point estimates."""
     N = X.shape[0]
     m, W, mu, psi = params["z_loc"], params["W_loc"], params["mu_loc"], params["psi_loc"]
     T = params["z_scale_tril"]
@@ -142,19 +169,17 @@ def em_objective(params, X, pri: FAPriors) -> jax.Array:
     point, extra = sq_resid(X, m, Sz_sum, W, mu)
     loglik = (0.5 * N * (jnp.log(psi) - LOG_2PI) - 0.5 * psi * (point + extra)).sum()
     K = m.shape[1]
-    z_terms = (
-        normal_expected_log_prior(pri.z_loc, pri.z_prec, m, Sz_diag).sum()
-        + 0.5 * N * K * (1.0 + LOG_2PI) + 0.5 * z_logdet  # H[q(z)]
-    )
-    log_prior = (
-        normal_expected_log_prior(pri.W_loc, pri.W_prec, W, 0.0).sum()
-        + normal_expected_log_prior(pri.mu_loc, pri.mu_prec, mu, 0.0).sum()
-        + gamma_expected_log_prior(pri.psi_a, pri.psi_b, psi, jnp.log(psi)).sum()
-    )
-    return loglik + z_terms + log_prior
+    return {
+        "X": loglik,
+        "z": normal_expected_log_prior(pri.z_loc, pri.z_prec, m, Sz_diag).sum(),
+        "entropy": 0.5 * N * K * (1.0 + LOG_2PI) + 0.5 * z_logdet,  # H[q(z)]
+        "W": normal_expected_log_prior(pri.W_loc, pri.W_prec, W, 0.0).sum(),
+        "mu": normal_expected_log_prior(pri.mu_loc, pri.mu_prec, mu, 0.0).sum(),
+        "psi": gamma_expected_log_prior(pri.psi_a, pri.psi_b, psi, jnp.log(psi)).sum(),
+    }
 
 
-def em_init(rng_key, X, pri: FAPriors, K: int) -> dict:
+def em_init(rng_key, X, pri: FAPriors, *, K: int, **_) -> dict:
     """Start (thesis Alg. 2 / sec. 4.3): W with orthonormal columns scaled to the data, mu the data
     mean, psi = 2 / var(x_d) (half the variance as noise), q(z) at the prior's N(0, I) shape."""
     N = X.shape[0]
@@ -168,12 +193,17 @@ def em_init(rng_key, X, pri: FAPriors, K: int) -> dict:
 
 
 def fa_em(model=factor_analysis, blocks=None) -> FAVariational:
-    """MAP-EM for ``model``: E-step, (W, mu), psi. ``blocks`` replaces :data:`EM_BLOCKS`.
+    """MAP-EM for ``model``: E-step, (W, mu), psi. ``blocks`` replaces :data:`EM_BLOCKS` (a
+    sequence of :class:`~latentzoo.inference.cavi_blocks.CAVIBlock`, in sweep order).
+
+    A block whose sites' prior family differs from its ``requires`` is fitted by SVI steps on
+    :func:`em_guide` (for point estimates: MAP by gradient steps under the exact log prior), with
+    one :class:`~latentzoo.inference.cavi_blocks.ClosedFormFallbackWarning`.
 
     Example::
 
         em = fa_em()
         result = CAVI(factor_analysis, em.guide, em.algorithm).run(key, 200, X, K=2)
     """
-    blocks = dict(EM_BLOCKS if blocks is None else blocks)
-    return FAVariational(em_guide, coordinate_ascent(model, blocks, em_init, em_objective), blocks)
+    blocks = tuple(EM_BLOCKS if blocks is None else blocks)
+    return FAVariational(em_guide, fa_recipe(model, blocks, em_init, em_objective_terms, em_guide), blocks)

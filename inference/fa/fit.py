@@ -2,26 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import NamedTuple
-
 import jax
 import jax.numpy as jnp
-import numpyro
 
-from latentzoo.inference.cavi import CAVI
+from latentzoo.inference.cavi import CAVI, VariationalFit
 from latentzoo.inference.fa.em import fa_em
 from latentzoo.inference.fa.vb import fa_cavi, validate_fa_data
 from latentzoo.models.factor_analysis import factor_analysis
 
-__all__ = ["FAFit", "fit_fa_variational"]
+__all__ = ["fit_fa_variational"]
 
-
-class FAFit(NamedTuple):
-    """What :func:`fit_fa_variational` returns: the run and the guide its params belong to."""
-
-    result: numpyro.infer.svi.SVIRunResult
-    guide: Callable
+_METHODS = {"vb": fa_cavi, "em": fa_em}
 
 
 def fit_fa_variational(
@@ -33,27 +24,29 @@ def fit_fa_variational(
     progress_bar: bool = False,
     init_params=None,
     *,
+    restarts: int = 1,
     model=factor_analysis,
     priors=None,
     rtol: float = 1e-9,
-) -> FAFit:
+) -> VariationalFit:
     """Fit FA by mean-field CAVI (``method="vb"``) or MAP-EM with point W, mu, psi (``"em"``).
 
     Runs up to ``num_steps`` sweeps (stopping when the relative objective change < ``rtol``) under
-    the driver's ELBO-decrease check. Returns ``FAFit(result, guide)``: ``result`` is the
-    ``SVIRunResult`` (losses = -objective); ``Predictive(model, guide=guide, params=result.params)``
-    gives the posterior predictive.
+    the driver's ELBO-decrease check; with ``restarts=R`` keeps the best of R starts (keys split
+    from ``seed``). ``priors`` overrides the model's priors: a new hyperparameter keeps the
+    closed-form updates; a new family hands that site's block to SVI steps, with a warning.
+
+    Returns :class:`~latentzoo.inference.cavi.VariationalFit`: ``.params``, ``.losses``
+    (-objective after each sweep), ``.result`` (the ``SVIRunResult``), ``.guide`` and ``.model``;
+    ``Predictive(fit.model, guide=fit.guide, params=fit.params)`` gives the posterior predictive.
     """
+    if method not in _METHODS:
+        raise ValueError(f"Unknown FA variational method {method!r}; the valid names are 'vb' and 'em'.")
     X = jnp.asarray(validate_fa_data(X, K))
-    if method == "vb":
-        fa = fa_cavi(model)
-    elif method == "em":
-        fa = fa_em(model)
-    else:
-        raise ValueError(f"Unknown FA variational method {method!r}; use 'vb' or 'em'.")
+    fa = _METHODS[method](model)
     runner = CAVI(model, fa.guide, fa.algorithm, on_decrease="raise")
     result = runner.run(
         jax.random.PRNGKey(seed), num_steps, X, K=K, priors=priors,
-        progress_bar=progress_bar, init_params=init_params, rtol=rtol,
+        progress_bar=progress_bar, init_params=init_params, rtol=rtol, restarts=restarts,
     )
-    return FAFit(result, fa.guide)
+    return VariationalFit(result, fa.guide, model)

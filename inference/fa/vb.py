@@ -60,6 +60,14 @@ Covariances are stored as Cholesky factors of the covariance (``*_scale_tril``),
 precision by triangular solves (:func:`numpyro.distributions.util.cholesky_of_inverse`), and the
 means from that factor (:func:`gaussian_block`). Full derivation and the
 EM variant: ``docs/models/fa_variational.md`` and :mod:`latentzoo.inference.fa.em`.
+
+**The block table.** :data:`CAVI_BLOCKS` holds (U1)-(U4) as
+:class:`~latentzoo.inference.cavi_blocks.CAVIBlock` records; each is exact for its own site's prior
+family and the Normal likelihood (the prior of another site only adds a constant to the terms it
+maximises). If a user changes a site's family (``priors={"W": dist.Laplace(0.0, 1.0)}``), that
+site's factor keeps the guide's family and is fitted by NumPyro SVI steps, the other three blocks
+stay closed-form, and the site's term of (E2) becomes a Monte Carlo estimate
+(:mod:`latentzoo.inference.cavi_blocks`); the recipe warns once, naming the block and the site.
 """
 
 from __future__ import annotations
@@ -77,7 +85,8 @@ from numpyro.distributions import constraints
 from latentzoo.models.factor_analysis import factor_analysis
 from latentzoo.models.shapes import data_sizes
 
-from latentzoo.inference.cavi import CAVI, CoordinateAscent
+from latentzoo.inference.cavi import CoordinateAscent
+from latentzoo.inference.cavi_blocks import CAVIBlock, coordinate_ascent
 from latentzoo.inference.conjugate import (
     gamma_entropy,
     gamma_expected_log_prior,
@@ -95,22 +104,16 @@ __all__ = [
     "FAVariational",
     "read_fa_priors",
     "validate_fa_data",
-    "coordinate_ascent",
+    "fa_recipe",
     "cavi_guide",
     "cavi_elbo",
+    "cavi_elbo_terms",
+    "CAVI_BLOCKS",
     "fa_cavi",
 ]
 
-# The families the closed-form updates are derived for (the likelihood site "X" included).
-FAMILIES = {
-    "z": dist.Normal,
-    "W": dist.Normal,
-    "mu": dist.Normal,
-    "psi": dist.Gamma,
-    "X": dist.Normal,
-}
-
-Block = Callable[[dict, jax.Array, "FAPriors"], dict]
+NORMAL = (dist.Normal,)
+GAMMA = (dist.Gamma,)
 
 
 # ------------------------------------------------------------------------------ priors, data
@@ -134,8 +137,11 @@ class FAPriors(NamedTuple):
 def read_fa_priors(model, X, *, K, N=None, D=None, priors=None) -> FAPriors:
     """Trace ``model(X, K=K, N=N, D=D, priors=priors)`` and read the FA hyperparameters.
 
-    Raises ValueError naming the site when a prior (or the likelihood) is not of the family the
-    closed-form updates assume (:data:`FAMILIES`).
+    No family check here: each block's ``requires`` says which families it is exact for, and the
+    recipe (:func:`~latentzoo.inference.cavi_blocks.coordinate_ascent`) checks them. A site whose
+    prior is not Normal (z, W, mu) or Gamma (psi) gets the Normal / Gamma with its prior's mean
+    and variance (standard ones when those are not finite); those serve only to start its factor,
+    since its block and its prior term are then replaced.
     """
     N, D = data_sizes(X, N, D)
     # Any values do: the FA priors do not depend on other latent sites; substituting them just
@@ -147,22 +153,41 @@ def read_fa_priors(model, X, *, K, N=None, D=None, priors=None) -> FAPriors:
         "psi": jnp.ones(D),
     }
     fns, _, _ = read_model(model, values, (X,), dict(K=K, N=N, D=D, priors=priors))
-    for site, family in FAMILIES.items():
-        if site not in fns:
-            raise ValueError(f"The model has no sample site {site!r}, which the FA updates need.")
-        have = unwrap(fns[site])
-        if not isinstance(have, family):
-            raise ValueError(
-                f"Site {site!r} has a {type(have).__name__} distribution but the closed-form FA "
-                f"updates are derived for {family.__name__}; use NUTS or SVI for this model."
-            )
-    zb = unwrap(fns["z"])
-    z_shape = (K,) if max(jnp.ndim(zb.loc), jnp.ndim(zb.scale)) <= 1 else (N, K)
-    z_loc, z_scale = prior_params(fns["z"], z_shape, "loc", "scale")
-    W_loc, W_scale = prior_params(fns["W"], (D, K), "loc", "scale")
-    mu_loc, mu_scale = prior_params(fns["mu"], (D,), "loc", "scale")
-    a, b = prior_params(fns["psi"], (D,), "concentration", "rate")
-    return FAPriors(z_loc, z_scale**-2, W_loc, W_scale**-2, mu_loc, mu_scale**-2, a, b, fns)
+    z_shape = (K,) if len(unwrap(fns["z"]).batch_shape) <= 1 else (N, K)
+    z_loc, z_prec = _normal_hyper(fns["z"], z_shape)
+    W_loc, W_prec = _normal_hyper(fns["W"], (D, K))
+    mu_loc, mu_prec = _normal_hyper(fns["mu"], (D,))
+    a, b = _gamma_hyper(fns["psi"], (D,))
+    return FAPriors(z_loc, z_prec, W_loc, W_prec, mu_loc, mu_prec, a, b, fns)
+
+
+def _moments(d, shape, positive: bool):
+    base = unwrap(d)
+    default = 1.0 if positive else 0.0
+    try:
+        mean = jnp.broadcast_to(base.mean, shape)
+        var = jnp.broadcast_to(base.variance, shape)
+    except NotImplementedError:
+        return jnp.full(shape, default), jnp.ones(shape)
+    ok = jnp.isfinite(mean) & jnp.isfinite(var) & (var > 0) & ((mean > 0) | (not positive))
+    return jnp.where(ok, mean, default), jnp.where(ok, var, 1.0)
+
+
+def _normal_hyper(d, shape):
+    """(loc, precision) of a Normal prior; moment-matched for another family."""
+    if isinstance(unwrap(d), dist.Normal):
+        loc, scale = prior_params(d, shape, "loc", "scale")
+        return loc, scale**-2
+    mean, var = _moments(d, shape, positive=False)
+    return mean, 1.0 / var
+
+
+def _gamma_hyper(d, shape):
+    """(concentration, rate) of a Gamma prior; moment-matched for another family."""
+    if isinstance(unwrap(d), dist.Gamma):
+        return prior_params(d, shape, "concentration", "rate")
+    mean, var = _moments(d, shape, positive=True)
+    return mean**2 / var, mean / var
 
 
 def validate_fa_data(X, K) -> np.ndarray:
@@ -211,40 +236,27 @@ def orthonormal_loadings(key, X, K):
 
 
 # ---------------------------------------------------------------------- recipe builder
-def coordinate_ascent(model, blocks: dict[str, Block], init, objective) -> CoordinateAscent:
-    """A :class:`CoordinateAscent` from ordered block updates ``(params, X, priors) -> params``,
-    an ``init(key, X, priors, K) -> params`` and an ``objective(params, X, priors) -> scalar``.
+def fa_recipe(model, blocks, init, objective, guide):
+    """The :func:`~latentzoo.inference.cavi_blocks.coordinate_ascent` recipe of an FA table:
+    priors re-read from ``model`` on every call (:func:`read_fa_priors`; inside jit this is a
+    trace, no data copy), the data checked by ``init``, and ``guide`` for the SVI fallback of a
+    block whose prior family a user changed."""
 
-    Each function re-reads the priors from ``model`` (inside jit this is a trace, no data copy), so
-    an edited hyperparameter changes the updates without touching this file. ``init`` runs eagerly
-    and validates the data.
-    """
+    def validate(X, *, K, **_):
+        return (jnp.asarray(validate_fa_data(X, K)),)
 
-    def _init(rng_key, X, *, K, N=None, D=None, priors=None):
-        X = jnp.asarray(validate_fa_data(X, K))
-        pri = read_fa_priors(model, X, K=K, N=N, D=D, priors=priors)
-        return init(rng_key, X, pri, K)
-
-    def update(params, X, *, K, N=None, D=None, priors=None):
-        pri = read_fa_priors(model, X, K=K, N=N, D=D, priors=priors)
-        for block in blocks.values():
-            params = block(params, X, pri)
-        return params
-
-    def elbo(params, X, *, K, N=None, D=None, priors=None):
-        return objective(params, X, read_fa_priors(model, X, K=K, N=N, D=D, priors=priors))
-
-    return CoordinateAscent(_init, update, elbo)
+    return coordinate_ascent(model, blocks, init, objective, read_fa_priors, guide=guide, validate=validate)
 
 
 class FAVariational(NamedTuple):
     """A closed-form FA method: the NumPyro ``guide``, the ``algorithm`` for
-    :class:`~latentzoo.inference.cavi.CAVI`, and its ordered ``blocks`` (for tests and users who
-    want single coordinate updates)."""
+    :class:`~latentzoo.inference.cavi.CAVI`, and its ordered block table (``blocks``, of
+    :class:`~latentzoo.inference.cavi_blocks.CAVIBlock`; for tests and users who want single
+    coordinate updates)."""
 
     guide: Callable
     algorithm: CoordinateAscent
-    blocks: dict[str, Block]
+    blocks: tuple[CAVIBlock, ...]
 
 
 # ------------------------------------------------------------------------------- the guide
@@ -321,11 +333,27 @@ def cavi_psi(params, X, pri: FAPriors) -> dict:
     }
 
 
-CAVI_BLOCKS: dict[str, Block] = {"z": cavi_z, "W": cavi_W, "mu": cavi_mu, "psi": cavi_psi}
+# The table: each block is exact for its own site's prior family and the Normal likelihood (the
+# families of the matching Gibbs updates); the prior of another site only adds a constant to
+# E_{-j}[log p], so it does not enter.
+CAVI_BLOCKS: tuple[CAVIBlock, ...] = (
+    CAVIBlock("q(z)", ("z",), {"z": NORMAL, "X": NORMAL}, cavi_z, ("z_loc", "z_scale_tril")),
+    CAVIBlock("q(W)", ("W",), {"W": NORMAL, "X": NORMAL}, cavi_W, ("W_loc", "W_scale_tril")),
+    CAVIBlock("q(mu)", ("mu",), {"mu": NORMAL, "X": NORMAL}, cavi_mu, ("mu_loc", "mu_scale")),
+    CAVIBlock(
+        "q(psi)", ("psi",), {"psi": GAMMA, "X": NORMAL}, cavi_psi, ("psi_concentration", "psi_rate")
+    ),
+)
 
 
 def cavi_elbo(params, X, pri: FAPriors) -> jax.Array:
     """The analytic ELBO, eq. (E2) of the module docstring (a scalar)."""
+    return sum(cavi_elbo_terms(params, X, pri).values())
+
+
+def cavi_elbo_terms(params, X, pri: FAPriors) -> dict:
+    """Eq. (E2) as terms: ``"X"`` the expected log-likelihood, ``"z"``, ``"W"``, ``"mu"``,
+    ``"psi"`` each site's expected log prior, ``"entropy"`` H[q]."""
     N, D = X.shape
     E_psi, E_log_psi = _psi_moments(params)
     Sz_sum, Sz_diag, z_logdet = z_moments(params["z_scale_tril"], N)
@@ -336,28 +364,27 @@ def cavi_elbo(params, X, pri: FAPriors) -> jax.Array:
     )
     loglik = (0.5 * N * (E_log_psi - LOG_2PI) - 0.5 * E_psi * (point + extra)).sum()
     m = params["z_loc"]
-    log_prior = (
-        normal_expected_log_prior(pri.z_loc, pri.z_prec, m, Sz_diag).sum()
-        + normal_expected_log_prior(
-            pri.W_loc, pri.W_prec, params["W_loc"], jnp.diagonal(S_W, axis1=-2, axis2=-1)
-        ).sum()
-        + normal_expected_log_prior(
-            pri.mu_loc, pri.mu_prec, params["mu_loc"], params["mu_scale"] ** 2
-        ).sum()
-        + gamma_expected_log_prior(pri.psi_a, pri.psi_b, E_psi, E_log_psi).sum()
-    )
+    W_var = jnp.diagonal(S_W, axis1=-2, axis2=-1)
     a, b = params["psi_concentration"], params["psi_rate"]
     K = m.shape[1]
-    entropy = (
-        0.5 * N * K * (1.0 + LOG_2PI) + 0.5 * z_logdet  # q(z): N Gaussians (shared S or not)
-        + gaussian_entropy(W_tril)
-        + (0.5 * (1.0 + LOG_2PI) + jnp.log(params["mu_scale"])).sum()
-        + gamma_entropy(a, b).sum()
-    )
-    return loglik + log_prior + entropy
+    return {
+        "X": loglik,
+        "z": normal_expected_log_prior(pri.z_loc, pri.z_prec, m, Sz_diag).sum(),
+        "W": normal_expected_log_prior(pri.W_loc, pri.W_prec, params["W_loc"], W_var).sum(),
+        "mu": normal_expected_log_prior(
+            pri.mu_loc, pri.mu_prec, params["mu_loc"], params["mu_scale"] ** 2
+        ).sum(),
+        "psi": gamma_expected_log_prior(pri.psi_a, pri.psi_b, E_psi, E_log_psi).sum(),
+        "entropy": (
+            0.5 * N * K * (1.0 + LOG_2PI) + 0.5 * z_logdet  # q(z): N Gaussians (shared S or not)
+            + gaussian_entropy(W_tril)
+            + (0.5 * (1.0 + LOG_2PI) + jnp.log(params["mu_scale"])).sum()
+            + gamma_entropy(a, b).sum()
+        ),
+    }
 
 
-def cavi_init(rng_key, X, pri: FAPriors, K: int) -> dict:
+def cavi_init(rng_key, X, pri: FAPriors, *, K: int, **_) -> dict:
     """Start: q(z) = the prior's N(0, I)-shaped Gaussian at 0 (the first sweep updates z first, from
     W), W_loc with orthonormal columns (thesis sec. 4.3), small W covariances, mu at the data mean,
     and q(psi) with the posterior's shape and mean 2/var(x_d) (half the variance as noise)."""
@@ -377,9 +404,14 @@ def cavi_init(rng_key, X, pri: FAPriors, K: int) -> dict:
     }
 
 
-def fa_cavi(model=factor_analysis, blocks: dict[str, Block] | None = None) -> FAVariational:
-    """Mean-field CAVI for ``model`` (default: the zoo's FA). ``blocks`` replaces the update table
-    (order kept); default :data:`CAVI_BLOCKS` = z, W, mu, psi.
+def fa_cavi(model=factor_analysis, blocks=None) -> FAVariational:
+    """Mean-field CAVI for ``model`` (default: the zoo's FA). ``blocks`` replaces the table (a
+    sequence of :class:`~latentzoo.inference.cavi_blocks.CAVIBlock`, in sweep order); default
+    :data:`CAVI_BLOCKS` = q(z), q(W), q(mu), q(psi).
+
+    A block whose site's prior family differs from its ``requires`` (``priors={"W":
+    dist.Laplace(0.0, 1.0)}``) is fitted by SVI steps on :func:`cavi_guide` instead, with one
+    :class:`~latentzoo.inference.cavi_blocks.ClosedFormFallbackWarning`.
 
     Example::
 
@@ -387,5 +419,7 @@ def fa_cavi(model=factor_analysis, blocks: dict[str, Block] | None = None) -> FA
         result = CAVI(factor_analysis, vb.guide, vb.algorithm).run(key, 200, X, K=2)
         Predictive(factor_analysis, guide=vb.guide, params=result.params, num_samples=100)
     """
-    blocks = dict(CAVI_BLOCKS if blocks is None else blocks)
-    return FAVariational(cavi_guide, coordinate_ascent(model, blocks, cavi_init, cavi_elbo), blocks)
+    blocks = tuple(CAVI_BLOCKS if blocks is None else blocks)
+    return FAVariational(
+        cavi_guide, fa_recipe(model, blocks, cavi_init, cavi_elbo_terms, cavi_guide), blocks
+    )
