@@ -47,7 +47,7 @@ def main(argv=None):
     rows, fits = [], {}
     for method, restarts in (("vem", 2 if a.quick else 5), ("em", 1 if a.quick else 2)):
         t = time.perf_counter()
-        res = fit_cvq(X, 8, method=method, num_steps=steps, seed=a.seed, restarts=restarts)
+        res = fit_cvq(X, 8, method="vb" if method == "vem" else method, num_steps=steps, seed=a.seed, restarts=restarts)
         secs = time.perf_counter() - t
         W = np.asarray(res.params["W_loc"])
         idx, corr = match_by_correlation(W_true, W)
@@ -81,7 +81,7 @@ def main(argv=None):
         D = D[:300]
     K = 10
     t = time.perf_counter()
-    res = fit_cvq(D, K, method="vem", num_steps=40 if a.quick else 200, seed=a.seed, restarts=1 if a.quick else 3)
+    res = fit_cvq(D, K, method="vb", num_steps=40 if a.quick else 200, seed=a.seed, restarts=1 if a.quick else 3)
     secs = time.perf_counter() - t
     W = np.asarray(res.params["W_loc"])
     pi = np.asarray(res.params["pi_loc"])

@@ -83,7 +83,7 @@ def main(argv=None):
         true_ll = float(noca_exact_loglik(Xj, jnp.asarray(theta_t), jnp.asarray(theta0_t), jnp.asarray(pi_t))) / N
         for method in methods:
             t = time.perf_counter()
-            res = fit_noca(X, 8, method=method, num_steps=steps, seed=seed, restarts=restarts, rtol=1e-9)
+            res = fit_noca(X, 8, method="vb" if method == "vem" else method, num_steps=steps, seed=seed, restarts=restarts, rtol=1e-9)
             secs = time.perf_counter() - t
             p = res.params
             theta = np.asarray(p["theta_loc"])
@@ -125,7 +125,7 @@ def main(argv=None):
         Dg = Dg[:300]
     Kd = 10
     t = time.perf_counter()
-    res = fit_noca(Dg, Kd, method="vem", num_steps=30 if a.quick else 150, seed=0, rtol=1e-9)
+    res = fit_noca(Dg, Kd, method="vb", num_steps=30 if a.quick else 150, seed=0, rtol=1e-9)
     secs = time.perf_counter() - t
     th, pi = np.asarray(res.params["theta_loc"]), np.asarray(res.params["pi_loc"])
     fig, axes = plt.subplots(1, Kd, figsize=(12, 1.8))

@@ -1,6 +1,17 @@
 """Cooperative vector quantizer: Gibbs table, mean-field variational EM and exact EM."""
 
-from latentzoo.inference.cvq.em import cvq_exact_em, cvq_exact_loglik, cvq_guide, cvq_vem, fit_cvq
+from latentzoo.inference.cvq.em import (
+    EXACT_EM_BLOCKS,
+    cvq_exact_em,
+    cvq_exact_loglik,
+    cvq_guide,
+    cvq_vb_blocks,
+    cvq_vem,
+    fit_cvq,
+)
 from latentzoo.inference.cvq.gibbs import cvq_updates
 
-__all__ = ["cvq_updates", "cvq_vem", "cvq_exact_em", "cvq_guide", "cvq_exact_loglik", "fit_cvq"]
+__all__ = [
+    "cvq_updates", "cvq_vem", "cvq_exact_em", "cvq_vb_blocks", "EXACT_EM_BLOCKS", "cvq_guide",
+    "cvq_exact_loglik", "fit_cvq",
+]

@@ -37,6 +37,13 @@ log-likelihood :math:`\log p(X\mid W,\pi,\sigma)`, which EM never decreases.
 Both are maximum-likelihood methods (as in the lecture): the priors of the Bayesian model are not
 used. The guide exposes W, pi, tau = 1/sigma^2 as ``Delta`` sites, so ``Trace_ELBO`` of
 (``cvq``, :func:`cvq_guide`) equals F plus the log prior density of the point estimates.
+
+**Block tables.** Variational EM (``fit_cvq(method="vb")``) is the table :func:`cvq_vb_blocks`
+(E-step, M-step), exact EM (``method="em"``) the one-block :data:`EXACT_EM_BLOCKS`, both run by
+:func:`~latentzoo.inference.cavi_blocks.coordinate_ascent`. Each block requires Bernoulli sources
+and the Normal likelihood and reads no prior, so editing a prior of W, pi or tau (its family
+included) leaves the fit unchanged; a model whose likelihood is of another family is refused in
+one sentence naming the site and the block.
 """
 
 from __future__ import annotations
@@ -52,7 +59,8 @@ from numpyro.distributions import constraints
 
 from latentzoo.models.cvq import cvq
 
-from latentzoo.inference.cavi import CAVI, CoordinateAscent
+from latentzoo.inference.cavi import CAVI, CoordinateAscent, VariationalFit
+from latentzoo.inference.cavi_blocks import CAVIBlock, coordinate_ascent
 from latentzoo.inference.enumerate import all_states, enumerate_posterior
 from latentzoo.inference.validation import check_matrix
 
@@ -60,6 +68,8 @@ __all__ = [
     "cvq_guide",
     "cvq_vem",
     "cvq_exact_em",
+    "cvq_vb_blocks",
+    "EXACT_EM_BLOCKS",
     "cvq_bound",
     "cvq_exact_loglik",
     "cvq_e_step",
@@ -68,6 +78,8 @@ __all__ = [
 ]
 
 _PI_EPS = 1e-12
+NORMAL = (dist.Normal,)
+BERNOULLI = (dist.BernoulliProbs, dist.BernoulliLogits)  # dist.Bernoulli is a factory, not a class
 _JITTER = 1e-10  # keeps M2 positive definite when a source is switched off in every row
 
 
@@ -172,7 +184,7 @@ def cvq_m_step(X, Es, M2):
     return W, pi, sigma
 
 
-def _init(rng_key, X, *, K, N=None, D=None, priors=None):
+def _init(rng_key, X, ctx=None, *, K, N=None, D=None, **_):
     """W: K random data rows shrunk towards zero plus noise (sources are positive parts of the
     data in the lecture's images); pi = 1/2; sigma = data s.d.; lam = 1/2."""
     N, D = X.shape
@@ -188,39 +200,71 @@ def _init(rng_key, X, *, K, N=None, D=None, priors=None):
     }
 
 
-def cvq_vem(e_sweeps: int = 3) -> CoordinateAscent:
-    """Mean-field variational EM: E-step (``e_sweeps`` sequential sweeps), then pi, W, sigma.
-    Objective: the bound F (:func:`cvq_bound`)."""
+# ----------------------------------------------------------------------------- block tables
+# Maximum likelihood: no block reads the priors of W, pi or tau, so editing them (family included)
+# does not change the fit. The derivations need the Bernoulli sources and the Normal likelihood.
+REQUIRES = {"s": BERNOULLI, "X": NORMAL}
+_M_PARAMS = ("W_loc", "pi_loc", "sigma_loc")
 
-    def update(params, X, *, K, N=None, D=None, priors=None):
+
+def _m_step(params, X, ctx=None):
+    """pi, W, sigma from the mean-field marginals lam: M2 = lam^T lam + diag(sum lam (1 - lam))."""
+    lam = params["lam"]
+    M2 = lam.T @ lam + jnp.diag((lam * (1.0 - lam)).sum(0))
+    W, pi, sigma = cvq_m_step(X, lam, M2)
+    return {**params, "W_loc": W, "pi_loc": pi, "sigma_loc": sigma}
+
+
+def cvq_vb_blocks(e_sweeps: int = 3) -> tuple[CAVIBlock, ...]:
+    """The mean-field variational EM table: E-step (``e_sweeps`` sequential sweeps over the
+    sources), then the M-step."""
+
+    def e_step(params, X, ctx=None):
         lam = cvq_e_step(params["lam"], X, params["W_loc"], params["pi_loc"], params["sigma_loc"], e_sweeps)
-        M2 = lam.T @ lam + jnp.diag((lam * (1.0 - lam)).sum(0))
-        W, pi, sigma = cvq_m_step(X, lam, M2)
-        return {"W_loc": W, "pi_loc": pi, "sigma_loc": sigma, "lam": lam}
+        return {**params, "lam": lam}
 
-    def elbo(params, X, *, K, N=None, D=None, priors=None):
-        return cvq_bound(params, X)
-
-    return CoordinateAscent(_init, update, elbo)
+    return (
+        CAVIBlock("E-step Q(s)", ("s",), REQUIRES, e_step, ("lam",)),
+        CAVIBlock("M-step (W, pi, sigma)", ("W", "pi", "tau"), REQUIRES, _m_step, _M_PARAMS),
+    )
 
 
-def cvq_exact_em() -> CoordinateAscent:
-    """Exact EM over the 2^K states. Objective: the exact log-likelihood at the current params.
-    ``lam`` holds the exact posterior marginals used by the last M-step."""
+def _exact_sweep(params, X, ctx=None):
+    """E-step over the 2^K states, then the M-step with the exact E[s_n] and sum_n E[s_n s_n^T];
+    ``lam`` keeps the exact posterior marginals the M-step used."""
+    K = params["W_loc"].shape[1]
+    states = all_states(K, X.dtype)
+    st = enumerate_posterior(
+        _state_log_joint(params["W_loc"], params["pi_loc"], params["sigma_loc"]), X, states
+    )
+    M2 = states.T @ (st.weights[:, None] * states)
+    W, pi, sigma = cvq_m_step(X, st.Es, M2)
+    return {"W_loc": W, "pi_loc": pi, "sigma_loc": sigma, "lam": st.Es}
 
-    def update(params, X, *, K, N=None, D=None, priors=None):
-        states = all_states(K, X.dtype)
-        st = enumerate_posterior(
-            _state_log_joint(params["W_loc"], params["pi_loc"], params["sigma_loc"]), X, states
-        )
-        M2 = states.T @ (st.weights[:, None] * states)
-        W, pi, sigma = cvq_m_step(X, st.Es, M2)
-        return {"W_loc": W, "pi_loc": pi, "sigma_loc": sigma, "lam": st.Es}
 
-    def elbo(params, X, *, K, N=None, D=None, priors=None):
+# One block: the M-step needs the state weights of the enumeration, not only lam.
+EXACT_EM_BLOCKS = (
+    CAVIBlock(
+        "exact EM sweep (s by enumeration; W, pi, sigma)", ("s", "W", "pi", "tau"), REQUIRES,
+        _exact_sweep, ("lam", *_M_PARAMS),
+    ),
+)
+
+
+def cvq_vem(e_sweeps: int = 3, *, model=cvq) -> CoordinateAscent:
+    """Mean-field variational EM (method ``"vb"``): the table :func:`cvq_vb_blocks`, checked
+    against ``model``. Objective: the bound F (:func:`cvq_bound`)."""
+    return coordinate_ascent(model, cvq_vb_blocks(e_sweeps), _init, lambda p, X, ctx: cvq_bound(p, X))
+
+
+def cvq_exact_em(*, model=cvq) -> CoordinateAscent:
+    """Exact EM over the 2^K states (method ``"em"``): the table :data:`EXACT_EM_BLOCKS`, checked
+    against ``model``. Objective: the exact log-likelihood at the current params."""
+
+    def loglik(params, X, ctx):
         return cvq_exact_loglik(X, params["W_loc"], params["pi_loc"], params["sigma_loc"])
 
-    return CoordinateAscent(_init, update, elbo)
+    return coordinate_ascent(model, EXACT_EM_BLOCKS, _init, loglik)
 
 
 # --------------------------------------------------------------------------------- fitting
@@ -228,30 +272,28 @@ def fit_cvq(
     X,
     K: int,
     *,
-    method: str = "vem",
+    method: str = "vb",
     num_steps: int = 500,
     seed: int = 0,
     restarts: int = 1,
+    progress_bar: bool = False,
     rtol: float = 1e-9,
     e_sweeps: int = 3,
     init_params=None,
-):
-    """Fit CVQ by variational EM (``"vem"``) or exact EM (``"em"``); keep the best of
-    ``restarts`` random starts by final objective. Returns the ``SVIRunResult`` (losses = -objective)."""
+) -> VariationalFit:
+    """Fit CVQ by mean-field variational EM (``method="vb"``) or exact EM by enumerating the 2^K
+    source states (``"em"``), keeping the best of ``restarts`` starts by final objective (the
+    driver's ``restarts``; keys split from ``seed``).
+
+    Returns :class:`~latentzoo.inference.cavi.VariationalFit` (``.params``, ``.losses`` =
+    -objective after each sweep, ``.guide`` = :func:`cvq_guide`, ``.model``).
+    """
+    if method not in ("vb", "em"):
+        raise ValueError(f"Unknown CVQ fitting method {method!r}; the valid names are 'vb' and 'em'.")
     X = jnp.asarray(check_matrix(X, K=K, name="CVQ data"))
-    if method == "vem":
-        algo = cvq_vem(e_sweeps)
-    elif method == "em":
-        algo = cvq_exact_em()
-    else:
-        raise ValueError(f"Unknown CVQ fitting method {method!r}; use 'vem' or 'em'.")
-    cavi = CAVI(cvq, cvq_guide, algo)
-    best = None
-    for r, key in enumerate(jax.random.split(jax.random.PRNGKey(seed), restarts)):
-        res = cavi.run(
-            key, num_steps, X, K=K, progress_bar=False, rtol=rtol,
-            init_params=init_params if r == 0 else None,
-        )
-        if best is None or float(res.losses[-1]) < float(best.losses[-1]):
-            best = res
-    return best
+    algo = cvq_vem(e_sweeps) if method == "vb" else cvq_exact_em()
+    result = CAVI(cvq, cvq_guide, algo).run(
+        jax.random.PRNGKey(seed), num_steps, X, K=K, progress_bar=progress_bar, rtol=rtol,
+        init_params=init_params, restarts=restarts,
+    )
+    return VariationalFit(result, cvq_guide, cvq)

@@ -1,4 +1,11 @@
-r"""Variational EM (Jaakkola-Jordan bound) and exact EM for NOCA, as CAVI recipes.
+r"""Variational EM (Jaakkola-Jordan bound) and exact EM for NOCA, as CAVI block tables.
+
+``fit_noca(method="vb")`` is the variational EM (the table :func:`noca_vb_blocks`: E-step, pi,
+theta, theta0), ``method="em"`` the exact EM (:func:`noca_exact_em_blocks`, one block), both run
+by :func:`~latentzoo.inference.cavi_blocks.coordinate_ascent`. They are maximum likelihood: each
+block requires the Bernoulli sources and the Bernoulli (noisy-OR) likelihood and reads no prior,
+so editing a prior of pi, theta or theta0 leaves the fit unchanged, and a model whose likelihood
+is of another family is refused in one sentence naming the site and the block.
 
 The bound F is in :mod:`latentzoo.inference.noca.bound`. The lecture stops at a fragment of the
 q update; every update below is derived here from F (derivations in ``docs/models/noca.md``).
@@ -40,6 +47,8 @@ Newton) raise it (generalised EM), so the log-likelihood never decreases.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -49,11 +58,12 @@ from numpyro.distributions import constraints
 
 from latentzoo.models.noca import noca
 
-from latentzoo.inference.cavi import CAVI, CoordinateAscent
+from latentzoo.inference.cavi import CAVI, CoordinateAscent, VariationalFit
+from latentzoo.inference.cavi_blocks import CAVIBlock, coordinate_ascent
 from latentzoo.inference.enumerate import all_states, enumerate_posterior
 from latentzoo.inference.validation import check_matrix
 from latentzoo.inference.noca.bound import (
-    _Q_TINY,
+    Q_TINY,
     dlog1mexp,
     log1mexp,
     noca_bound,
@@ -67,6 +77,9 @@ __all__ = [
     "noca_guide",
     "noca_vem",
     "noca_exact_em",
+    "noca_vb_blocks",
+    "noca_exact_em_blocks",
+    "Positives",
     "lam_update",
     "q_update",
     "theta_update",
@@ -78,6 +91,7 @@ __all__ = [
 
 THETA_MIN, THETA_MAX = 1e-8, 50.0
 _PI_EPS = 1e-12
+BERNOULLI = (dist.BernoulliProbs, dist.BernoulliLogits)  # dist.Bernoulli is a factory, not a class
 _STEPS = (16.0, 4.0, 1.0, 0.25)
 
 
@@ -106,14 +120,14 @@ def lam_update(q, X, theta, theta0, pi, rows, cols):
     """Exact maximiser of F in lam given q (all rows and sources at once). -> (N, K)."""
     N = X.shape[0]
     th_p, th0_p = theta.T[cols], theta0[cols]
-    qs = jnp.maximum(q, _Q_TINY)
+    qs = jnp.maximum(q, Q_TINY)
     gain = jnp.where(q > 0, q * (log1mexp(th0_p[:, None] + th_p / qs) - log1mexp(th0_p)[:, None]), 0.0)
     a = jnp.log(pi) - jnp.log1p(-pi) - (1.0 - X) @ theta.T + jax.ops.segment_sum(gain, rows, N)
     return jax.nn.sigmoid(a)
 
 
 def _q_grad(q, lam_p, th_p, th0_p):
-    qs = jnp.maximum(q, _Q_TINY)
+    qs = jnp.maximum(q, Q_TINY)
     u = th_p / qs
     a = th0_p[:, None] + u
     h1 = log1mexp(a) - u * dlog1mexp(a)
@@ -169,7 +183,7 @@ def theta_update(theta, theta0, lam, q, X, rows, cols, num_iter: int = 30):
     D = X.shape[1]
     A = (lam.T @ (1.0 - X))  # (K, D): sum over negative findings of lam
     lam_p, th0_p = lam[rows], theta0[cols]
-    qs = jnp.maximum(q, _Q_TINY)
+    qs = jnp.maximum(q, Q_TINY)
     seg = lambda v: jax.ops.segment_sum(v, cols, D).T  # (P, K) -> (K, D)
 
     def fn(t):
@@ -195,7 +209,7 @@ def theta0_update(theta, theta0, lam, q, X, rows, cols, num_iter: int = 30):
     D = X.shape[1]
     N0 = (1.0 - X).sum(0)
     lam_p, th_p = lam[rows], theta.T[cols]
-    qs = jnp.maximum(q, _Q_TINY)
+    qs = jnp.maximum(q, Q_TINY)
     seg = lambda v: jax.ops.segment_sum(v, cols, D)
 
     def fn(t):
@@ -216,7 +230,24 @@ def theta0_update(theta, theta0, lam, q, X, rows, cols, num_iter: int = 30):
 
 
 # ----------------------------------------------------------------------------- recipes
-def _init(rng_key, X, *, K, N=None, D=None, priors=None, num_pos=None):
+NOCA_REQUIRES = {"s": BERNOULLI, "X": BERNOULLI}
+
+
+class Positives(NamedTuple):
+    """What the variational blocks read besides the params: the (row, column) index of the
+    ``num_pos`` ones of X (static under jit)."""
+
+    rows: jax.Array
+    cols: jax.Array
+    num_pos: int
+
+
+def _positives(model, X, *, num_pos, **_) -> Positives:
+    rows, cols = positive_index(X, num_pos)
+    return Positives(rows, cols, num_pos)
+
+
+def _init(rng_key, X, ctx=None, *, K, N=None, D=None, priors=None, num_pos=None):
     """theta_ij ~ U(0.05, 1), theta0 = 0.01, pi = 1/2, lam = 1/2, q = 1/K (uniform over parents)."""
     N, D = X.shape
     P = int(X.sum()) if num_pos is None else num_pos
@@ -229,26 +260,53 @@ def _init(rng_key, X, *, K, N=None, D=None, priors=None, num_pos=None):
     }
 
 
-def noca_vem(e_iters: int = 1, q_steps: int = 2, solver_iters: int = 12) -> CoordinateAscent:
-    """Variational EM on the bound F. Each sweep: ``e_iters`` x (q steps, lam), then pi, theta,
-    theta0. Needs the keyword ``num_pos`` = number of ones in X (static under jit)."""
+def noca_vb_blocks(e_iters: int = 1, q_steps: int = 2, solver_iters: int = 12) -> tuple[CAVIBlock, ...]:
+    """The variational EM table on the bound F: E-step (``e_iters`` x (q steps, lam)), then pi,
+    theta, theta0. Maximum likelihood: no block reads a prior of pi, theta or theta0; each needs
+    the Bernoulli sources and the (noisy-OR) Bernoulli likelihood."""
 
-    def update(params, X, *, K, num_pos, N=None, D=None, priors=None):
-        rows, cols = positive_index(X, num_pos)
-        pi, theta, theta0 = params["pi_loc"], params["theta_loc"], params["theta0_loc"]
+    def e_step(params, X, pos: Positives):
         lam, q = params["lam"], params["q"]
+        theta, theta0 = params["theta_loc"], params["theta0_loc"]
         for _ in range(e_iters):
-            q = q_update(q, lam, theta, theta0, rows, cols, q_steps)
-            lam = lam_update(q, X, theta, theta0, pi, rows, cols)
-        pi = jnp.clip(lam.mean(0), _PI_EPS, 1.0 - _PI_EPS)
-        theta = theta_update(theta, theta0, lam, q, X, rows, cols, solver_iters)
-        theta0 = theta0_update(theta, theta0, lam, q, X, rows, cols, solver_iters)
-        return {"pi_loc": pi, "theta_loc": theta, "theta0_loc": theta0, "lam": lam, "q": q}
+            q = q_update(q, lam, theta, theta0, pos.rows, pos.cols, q_steps)
+            lam = lam_update(q, X, theta, theta0, params["pi_loc"], pos.rows, pos.cols)
+        return {**params, "lam": lam, "q": q}
 
-    def elbo(params, X, *, K, num_pos, N=None, D=None, priors=None):
-        return noca_bound(params, X, num_pos=num_pos)
+    def pi_step(params, X, pos: Positives):
+        return {**params, "pi_loc": jnp.clip(params["lam"].mean(0), _PI_EPS, 1.0 - _PI_EPS)}
 
-    return CoordinateAscent(_init, update, elbo)
+    def theta_step(params, X, pos: Positives):
+        theta = theta_update(
+            params["theta_loc"], params["theta0_loc"], params["lam"], params["q"], X,
+            pos.rows, pos.cols, solver_iters,
+        )
+        return {**params, "theta_loc": theta}
+
+    def theta0_step(params, X, pos: Positives):
+        theta0 = theta0_update(
+            params["theta_loc"], params["theta0_loc"], params["lam"], params["q"], X,
+            pos.rows, pos.cols, solver_iters,
+        )
+        return {**params, "theta0_loc": theta0}
+
+    return (
+        CAVIBlock("E-step (q, Q(s))", ("s",), NOCA_REQUIRES, e_step, ("q", "lam")),
+        CAVIBlock("M-step pi", ("pi",), NOCA_REQUIRES, pi_step, ("pi_loc",)),
+        CAVIBlock("M-step theta", ("theta",), NOCA_REQUIRES, theta_step, ("theta_loc",)),
+        CAVIBlock("M-step theta0", ("theta0",), NOCA_REQUIRES, theta0_step, ("theta0_loc",)),
+    )
+
+
+def noca_vem(e_iters: int = 1, q_steps: int = 2, solver_iters: int = 12, *, model=noca) -> CoordinateAscent:
+    """Variational EM on the bound F (method ``"vb"``): the table :func:`noca_vb_blocks`, checked
+    against ``model``. Needs the keyword ``num_pos`` = number of ones in X (static under jit)."""
+
+    def bound(params, X, pos: Positives):
+        return noca_bound(params, X, num_pos=pos.num_pos)
+
+    blocks = noca_vb_blocks(e_iters, q_steps, solver_iters)
+    return coordinate_ascent(model, blocks, _init, bound, _positives)
 
 
 def _exact_m_step(theta, theta0, c1, c0, sweeps: int = 2, solver_iters: int = 20):
@@ -291,11 +349,12 @@ def _exact_m_step(theta, theta0, c1, c0, sweeps: int = 2, solver_iters: int = 20
     return V[1:], V[0]
 
 
-def noca_exact_em(m_sweeps: int = 2) -> CoordinateAscent:
-    """Exact EM by enumeration (K <= 16). Objective: the exact log-likelihood. ``lam`` holds the
-    exact posterior marginals used by the last M-step; ``q`` is carried unchanged."""
+def noca_exact_em_blocks(m_sweeps: int = 2) -> tuple[CAVIBlock, ...]:
+    """Exact EM as a one-block table: enumeration E-step, then the generalised M-step (the
+    M-step needs the state weights of the enumeration, not only lam)."""
 
-    def update(params, X, *, K, num_pos=None, N=None, D=None, priors=None):
+    def sweep(params, X, ctx=None):
+        K = params["theta_loc"].shape[0]
         st = enumerate_posterior(
             noca_state_log_joint(params["theta_loc"], params["theta0_loc"], params["pi_loc"]), X, all_states(K, X.dtype)
         )
@@ -305,10 +364,23 @@ def noca_exact_em(m_sweeps: int = 2) -> CoordinateAscent:
         pi = jnp.clip(st.Es.mean(0), _PI_EPS, 1.0 - _PI_EPS)
         return {**params, "pi_loc": pi, "theta_loc": theta, "theta0_loc": theta0, "lam": st.Es}
 
-    def elbo(params, X, *, K, num_pos=None, N=None, D=None, priors=None):
+    return (
+        CAVIBlock(
+            "exact EM sweep (s by enumeration; pi, theta, theta0)", ("s", "pi", "theta", "theta0"),
+            NOCA_REQUIRES, sweep, ("lam", "pi_loc", "theta_loc", "theta0_loc"),
+        ),
+    )
+
+
+def noca_exact_em(m_sweeps: int = 2, *, model=noca) -> CoordinateAscent:
+    """Exact EM by enumeration (K <= 16; method ``"em"``), checked against ``model``. Objective:
+    the exact log-likelihood.
+    ``lam`` holds the exact posterior marginals used by the last M-step; ``q`` is carried unchanged."""
+
+    def loglik(params, X, ctx=None):
         return noca_exact_loglik(X, params["theta_loc"], params["theta0_loc"], params["pi_loc"])
 
-    return CoordinateAscent(_init, update, elbo)
+    return coordinate_ascent(model, noca_exact_em_blocks(m_sweeps), _init, loglik)
 
 
 # --------------------------------------------------------------------------------- fitting
@@ -316,31 +388,29 @@ def fit_noca(
     X,
     K: int,
     *,
-    method: str = "vem",
+    method: str = "vb",
     num_steps: int = 300,
     seed: int = 0,
     restarts: int = 1,
+    progress_bar: bool = False,
     rtol: float = 1e-7,
     init_params=None,
     **algo_kwargs,
-):
-    """Fit NOCA by variational EM (``"vem"``) or exact EM (``"em"``), best of ``restarts`` starts
-    by final objective. Returns the ``SVIRunResult`` (losses = -objective)."""
+) -> VariationalFit:
+    """Fit NOCA by variational EM on the Jaakkola-Jordan bound (``method="vb"``) or exact EM by
+    enumerating the 2^K source states (``"em"``), keeping the best of ``restarts`` starts by final
+    objective (the driver's ``restarts``; keys split from ``seed``). ``algo_kwargs`` go to
+    :func:`noca_vem` or :func:`noca_exact_em`.
+
+    Returns :class:`~latentzoo.inference.cavi.VariationalFit` (``.params``, ``.losses`` =
+    -objective after each sweep, ``.guide`` = :func:`noca_guide`, ``.model``).
+    """
+    if method not in ("vb", "em"):
+        raise ValueError(f"Unknown NOCA fitting method {method!r}; the valid names are 'vb' and 'em'.")
     X = jnp.asarray(check_matrix(X, K=K, binary=True, name="NOCA data"))
-    num_pos = int(X.sum())
-    if method == "vem":
-        algo = noca_vem(**algo_kwargs)
-    elif method == "em":
-        algo = noca_exact_em(**algo_kwargs)
-    else:
-        raise ValueError(f"Unknown NOCA fitting method {method!r}; use 'vem' or 'em'.")
-    cavi = CAVI(noca, noca_guide, algo)
-    best = None
-    for r, key in enumerate(jax.random.split(jax.random.PRNGKey(seed), restarts)):
-        res = cavi.run(
-            key, num_steps, X, K=K, num_pos=num_pos, progress_bar=False, rtol=rtol,
-            init_params=init_params if r == 0 else None,
-        )
-        if best is None or float(res.losses[-1]) < float(best.losses[-1]):
-            best = res
-    return best
+    algo = noca_vem(**algo_kwargs) if method == "vb" else noca_exact_em(**algo_kwargs)
+    result = CAVI(noca, noca_guide, algo).run(
+        jax.random.PRNGKey(seed), num_steps, X, K=K, num_pos=int(X.sum()), progress_bar=progress_bar,
+        rtol=rtol, init_params=init_params, restarts=restarts,
+    )
+    return VariationalFit(result, noca_guide, noca)

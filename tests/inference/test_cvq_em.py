@@ -1,18 +1,26 @@
 """CVQ variational EM and exact EM: the bound, its monotone ascent, and source recovery."""
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpyro
+import numpyro.distributions as dist
 import pytest
+from numpyro.infer import Predictive
 from scipy.optimize import linear_sum_assignment
 
-from latentzoo.inference.cavi import CAVI
+from latentzoo.inference.cavi import CAVI, VariationalFit
+from latentzoo.inference.cavi_blocks import plan_blocks
 from latentzoo.inference.cvq.em import (
+    EXACT_EM_BLOCKS,
     cvq_bound,
     cvq_e_step,
     cvq_exact_em,
     cvq_exact_loglik,
     cvq_guide,
+    cvq_vb_blocks,
     cvq_vem,
     fit_cvq,
 )
@@ -65,11 +73,12 @@ def test_e_step_is_coordinatewise_maximiser():
     assert float(jnp.abs(g).max()) < 1e-6
 
 
-@pytest.mark.parametrize("method", ["vem", "em"])
+@pytest.mark.parametrize("method", ["vb", "em"])
 def test_objective_never_decreases(method):
-    # overlapping, noisy data from random parameters: many sweeps of real movement.
+    # Every block table (variational EM: E-step, M-step; exact EM: one block) on overlapping, noisy
+    # data from random parameters: many sweeps of real movement.
     X, p = _random_problem(5, N=60, D=8, K=4)
-    algo = cvq_vem(e_sweeps=1) if method == "vem" else cvq_exact_em()
+    algo = cvq_vem(e_sweeps=1) if method == "vb" else cvq_exact_em()
     cavi = CAVI(cvq, cvq_guide, algo, on_decrease="ignore")
     res = cavi.run(jax.random.PRNGKey(1), 150, X, K=4, progress_bar=False, rtol=0.0)
     objective = -np.asarray(res.losses)
@@ -85,7 +94,7 @@ def _matched_correlation(W_true, W):
     return C[r, c]
 
 
-@pytest.mark.parametrize("method,restarts", [("vem", 5), ("em", 1)])
+@pytest.mark.parametrize("method,restarts", [("vb", 5), ("em", 1)])
 def test_recovers_bar_sources(method, restarts):
     X, W_true, _ = default_cvq_data(0)
     res = fit_cvq(X, 8, method=method, num_steps=300, seed=0, restarts=restarts)
@@ -95,7 +104,7 @@ def test_recovers_bar_sources(method, restarts):
 
 def test_variational_bound_close_to_exact_at_fit():
     X, _, _ = default_cvq_data(0)
-    res = fit_cvq(X, 8, method="vem", num_steps=300, seed=0, restarts=5)
+    res = fit_cvq(X, 8, method="vb", num_steps=300, seed=0, restarts=5)
     p = res.params
     exact = float(cvq_exact_loglik(jnp.asarray(X), p["W_loc"], p["pi_loc"], p["sigma_loc"]))
     bound = float(cvq_bound(p, jnp.asarray(X)))
@@ -117,8 +126,49 @@ def test_bad_input(X, K, match):
 
 
 def test_unknown_method():
-    with pytest.raises(ValueError, match="method"):
-        fit_cvq(np.random.default_rng(0).normal(size=(10, 5)), 2, method="nope")
+    with pytest.raises(ValueError, match=r"^Unknown CVQ fitting method 'vem'; the valid names are 'vb' and 'em'\.$"):
+        fit_cvq(np.random.default_rng(0).normal(size=(10, 5)), 2, method="vem")
+
+
+def test_fit_returns_a_variational_fit():
+    X, _ = _random_problem(2, N=30, D=5, K=2)
+    fit = fit_cvq(np.asarray(X), 2, method="em", num_steps=20, restarts=2, progress_bar=False)
+    assert isinstance(fit, VariationalFit)
+    assert fit.guide is cvq_guide and fit.model is cvq and fit.params is fit.result.params
+    pred = Predictive(fit.model, guide=fit.guide, params=fit.params, num_samples=2)(
+        jax.random.PRNGKey(0), None, K=2, N=30, D=5
+    )
+    assert pred["X"].shape == (2, 30, 5)
+
+
+def test_tables_read_no_prior_and_refuse_another_likelihood():
+    # Maximum likelihood: a prior of another family (W ~ Laplace) changes neither the plan nor
+    # the fit. A model whose likelihood is not Normal is refused in one sentence naming the site
+    # and the block.
+    X, _ = _random_problem(3, N=30, D=5, K=2)
+    laplace = {"W": dist.Laplace(0.0, 1.0)}
+    for blocks in (cvq_vb_blocks(), EXACT_EM_BLOCKS):
+        assert all(plan_blocks(cvq, blocks, X, K=2, priors=laplace).exact)
+    cavi = CAVI(cvq, cvq_guide, cvq_vem())
+    a = cavi.run(jax.random.PRNGKey(0), 5, X, K=2, progress_bar=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback warning either
+        b = cavi.run(jax.random.PRNGKey(0), 5, X, K=2, progress_bar=False, priors=laplace)
+    np.testing.assert_array_equal(a.params["W_loc"], b.params["W_loc"])
+
+    def student_cvq(X=None, *, K, N=None, D=None, priors=None):
+        with numpyro.plate("K", K, dim=-1):
+            pi = numpyro.sample("pi", dist.Beta(1.0, 1.0))
+        with numpyro.plate("D", X.shape[1], dim=-1):
+            W = numpyro.sample("W", dist.Normal(0.0, 1.0).expand([K]).to_event(1))
+        numpyro.sample("tau", dist.Gamma(2.0, 0.5))
+        with numpyro.plate("N", X.shape[0], dim=-2), numpyro.plate("K", K, dim=-1):
+            s = numpyro.sample("s", dist.Bernoulli(probs=pi))
+        with numpyro.plate("N", X.shape[0], dim=-2), numpyro.plate("D", X.shape[1], dim=-1):
+            numpyro.sample("X", dist.StudentT(3.0, s @ W.T, 1.0), obs=X)
+
+    with pytest.raises(ValueError, match=r"^The likelihood site 'X' is StudentT but block 'E-step Q\(s\)'"):
+        CAVI(student_cvq, cvq_guide, cvq_vem(model=student_cvq)).init(jax.random.PRNGKey(0), X, K=2)
 
 
 def test_trace_elbo_of_guide_is_bound_plus_log_prior():

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from latentzoo.inference.cavi import CAVI
+from latentzoo.inference.cavi import CAVI, VariationalFit
 from latentzoo.inference.enumerate import all_states
 from latentzoo.inference.noca.bound import log1mexp, noca_bound, noca_exact_loglik, positive_index
 from latentzoo.inference.noca.em import (
@@ -124,10 +124,11 @@ def test_q_update_raises_the_bound_towards_its_kkt_point():
     assert float(jnp.nanmedian(spread)) < 1e-3
 
 
-@pytest.mark.parametrize("method", ["vem", "em"])
+@pytest.mark.parametrize("method", ["vb", "em"])
 def test_objective_never_decreases(method):
+    # every block table: variational EM (E-step, pi, theta, theta0) and exact EM (one block)
     X, _, P = _random_problem(6, N=80, D=8, K=3)
-    algo = noca_vem() if method == "vem" else noca_exact_em()
+    algo = noca_vem() if method == "vb" else noca_exact_em()
     cavi = CAVI(noca, noca_guide, algo, on_decrease="ignore")
     res = cavi.run(jax.random.PRNGKey(2), 60, X, K=3, num_pos=P, progress_bar=False, rtol=0.0)
     objective = -np.asarray(res.losses)
@@ -137,9 +138,12 @@ def test_objective_never_decreases(method):
 
 def test_vem_bound_below_exact_at_fit():
     X, _, P = _random_problem(7, N=80, D=8, K=3)
-    res = fit_noca(np.asarray(X), 3, method="vem", num_steps=60)
-    p = res.params
+    fit = fit_noca(np.asarray(X), 3, method="vb", num_steps=60)
+    assert isinstance(fit, VariationalFit)
+    assert fit.guide is noca_guide and fit.model is noca and fit.params is fit.result.params
+    p = fit.params
     assert float(noca_bound(p, X, num_pos=P)) <= float(noca_exact_loglik(X, p["theta_loc"], p["theta0_loc"], p["pi_loc"]))
+    assert float(-fit.losses[-1]) == pytest.approx(float(noca_bound(p, X, num_pos=P)), rel=1e-12)
 
 
 def test_log1mexp_accuracy():
@@ -159,3 +163,9 @@ def test_log1mexp_accuracy():
 def test_bad_input(X, K, match):
     with pytest.raises(ValueError, match=match):
         fit_noca(X, K)
+
+
+def test_unknown_method():
+    X, _, _ = _random_problem(0, N=10, D=5, K=2)
+    with pytest.raises(ValueError, match=r"^Unknown NOCA fitting method 'vem'; the valid names are 'vb' and 'em'\.$"):
+        fit_noca(np.asarray(X), 2, method="vem")
