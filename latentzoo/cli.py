@@ -251,8 +251,10 @@ def _cmd_diagnose(args) -> int:
         groups = azx.group_names(idata)
         if family and family.posterior_predictive and "observed_data" in groups \
                 and "X" in idata.observed_data:
-            azx.add_posterior_predictive(idata, family.posterior_predictive(idata))
-            azx.plot_ppc(idata, os.path.join(stage, "ppc.png"))
+            replicated = family.posterior_predictive(idata)
+            azx.add_posterior_predictive(idata, replicated)
+            num = min(100, int(replicated["X"].shape[1]))  # a point fit has one replicate per draw
+            azx.plot_ppc(idata, os.path.join(stage, "ppc.png"), num_pp_samples=num)
             wrote.append("ppc.png")
     print(f"\nwrote {', '.join(os.path.join(args.run_dir, w) for w in wrote) or 'no plots'}")
     return 0

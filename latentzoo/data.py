@@ -46,41 +46,17 @@ def _numeric(row):
         return None
 
 
-def _csv_rows(path: str) -> list[list[str]]:
-    try:
-        # utf-8-sig: a byte-order mark (as spreadsheet programs write) is not part of cell 1
-        with open(path, newline="", encoding="utf-8-sig") as fh:
-            return [r for r in csv.reader(fh) if r and any(c.strip() for c in r)]
-    except UnicodeDecodeError:
-        raise ValueError(f"{path} is not a readable text CSV file.") from None
-
-
 def _is_header(row) -> bool:
     """A header has no numeric cell; a first row with some numbers is data (maybe with a typo)."""
     return all(_numeric([c]) is None for c in row)
 
 
 def _parse_csv(path: str) -> np.ndarray:
-    rows = _csv_rows(path)
-    if not rows:
-        raise ValueError(f"{path} is empty.")
-    if _is_header(rows[0]):
-        rows = rows[1:]
-        if not rows:
-            raise ValueError(f"{path} has a header but no data rows.")
-    width = len(rows[0])
-    out = []
-    for i, row in enumerate(rows, start=1):
-        if len(row) != width:
-            raise ValueError(
-                f"{path} is ragged: data row {i} has {len(row)} columns where the first has {width}."
-            )
-        values = _numeric(row)
-        if values is None:
-            bad = next(c for c in row if _numeric([c]) is None)
-            raise ValueError(f"{path} has a non-numeric cell {bad!r} in data row {i}.")
-        out.append(values)
-    return np.asarray(out, dtype=np.float64)
+    """The whole CSV as one float64 matrix, read by the same reader as the streaming fits."""
+    chunks = list(_csv_chunks(path, 1 << 16))
+    if not chunks:
+        raise ValueError(f"{path} has no data rows.")
+    return np.concatenate(chunks)
 
 
 def load_array(path: str, *, names=("X",), exts=(".csv", ".txt", ".npy", ".npz")):
@@ -146,28 +122,36 @@ def _finite(chunk, first_row, path):
 
 
 def _csv_chunks(path: str, chunk_size: int) -> Iterator[np.ndarray]:
+    """(n, D) float64 chunks of a CSV read line by line; a first line with no numeric cell is a
+    header (a first line with some numbers and a typo is an error, not a header)."""
     width, rows, seen = None, [], 0
-    with open(path, newline="", encoding="utf-8-sig") as fh:
-        for lineno, fields in enumerate(csv.reader(fh), start=1):
-            if not fields or not any(c.strip() for c in fields):
-                continue
-            values = _numeric(fields)
-            if values is None:
-                if width is None and _is_header(fields):
-                    width = len(fields)
+    try:
+        # utf-8-sig: a byte-order mark (as spreadsheet programs write) is not part of cell 1
+        with open(path, newline="", encoding="utf-8-sig") as fh:
+            for lineno, fields in enumerate(csv.reader(fh), start=1):
+                if not fields or not any(c.strip() for c in fields):
                     continue
-                raise ValueError(f"Line {lineno} of {path} contains a non-numeric value.")
-            if width is None:
-                width = len(values)
-            elif len(values) != width:
-                raise ValueError(
-                    f"Line {lineno} of {path} has {len(values)} fields where {width} were expected."
-                )
-            rows.append(values)
-            if len(rows) == chunk_size:
-                yield _finite(np.asarray(rows, dtype=np.float64), seen, path)
-                seen += len(rows)
-                rows = []
+                values = _numeric(fields)
+                if values is None:
+                    if width is None and not rows and seen == 0 and _is_header(fields):
+                        width = len(fields)
+                        continue
+                    bad = next(c for c in fields if _numeric([c]) is None)
+                    raise ValueError(f"{path} has a non-numeric cell {bad!r} on line {lineno}.")
+                if width is None:
+                    width = len(values)
+                elif len(values) != width:
+                    raise ValueError(
+                        f"{path} is ragged: line {lineno} has {len(values)} fields where {width} "
+                        "were expected."
+                    )
+                rows.append(values)
+                if len(rows) == chunk_size:
+                    yield _finite(np.asarray(rows, dtype=np.float64), seen, path)
+                    seen += len(rows)
+                    rows = []
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not a readable text CSV file.") from None
     if rows:
         yield _finite(np.asarray(rows, dtype=np.float64), seen, path)
 

@@ -30,6 +30,7 @@ __all__ = [
     "MAX_STORED_COV_DIM",
     "point_sizes",
     "guide_point_idata",
+    "pick_draws",
 ]
 
 # D x D covariance per draw grows with D^2: stored up to this D, left out (with its summary)
@@ -96,6 +97,15 @@ def guide_point_idata(fit, X, *, log_likelihood=None, extra=None):
     estimates.update(extra or {})
     return point_idata(estimates, -np.asarray(fit.losses), observed={"X": np.asarray(X)},
                        log_likelihood=log_likelihood)
+
+
+def pick_draws(rng, num_draws: int, max_draws: int = 200, min_replicates: int = 20):
+    """Indices of the posterior draws that replicated data sets are simulated from: up to
+    ``max_draws`` distinct draws, and at least ``min_replicates`` (repeating draws, as for a
+    point fit's single draw) so a predictive check always has a spread to compare with."""
+    if num_draws >= min_replicates:
+        return rng.choice(num_draws, size=min(max_draws, num_draws), replace=False)
+    return rng.choice(num_draws, size=min_replicates, replace=True)
 
 
 def is_point_fit(idata) -> bool:

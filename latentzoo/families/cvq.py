@@ -44,7 +44,7 @@ def cvq_posterior_predictive(idata, rng_seed=0, max_draws=200):
     sigma = np.asarray(post["sigma"]).reshape(-1)
     N = idata.observed_data["X"].shape[0]
     rng = np.random.default_rng(rng_seed)
-    pick = rng.choice(W.shape[0], size=min(max_draws, W.shape[0]), replace=False)
+    pick = runs.pick_draws(rng, W.shape[0], max_draws)
     s = rng.random((len(pick), N, pi.shape[-1])) < pi[pick][:, None, :]
     x = s @ np.swapaxes(W[pick], -1, -2) + sigma[pick][:, None, None] * rng.normal(size=(len(pick), N, W.shape[1]))
     return {"X": x[None]}

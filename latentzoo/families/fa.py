@@ -189,7 +189,7 @@ def fa_posterior_predictive(idata, rng_seed=0, max_draws=200):
     psi = np.asarray(post["psi"]).reshape(-1, D)
     N = idata.observed_data["X"].shape[0]
     rng = np.random.default_rng(rng_seed)
-    pick = rng.choice(len(mu), size=min(max_draws, len(mu)), replace=False)
+    pick = runs.pick_draws(rng, len(mu), max_draws)
     z = rng.normal(size=(len(pick), N, W.shape[-1]))
     eps = rng.normal(size=(len(pick), N, D)) / np.sqrt(psi[pick])[:, None, :]
     return {"X": (mu[pick][:, None, :] + z @ np.swapaxes(W[pick], -1, -2) + eps)[None]}

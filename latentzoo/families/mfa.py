@@ -51,7 +51,7 @@ def mfa_posterior_predictive(idata, rng_seed=0, max_draws=200):
     N = idata.observed_data["X"].shape[0]
     rng = np.random.default_rng(rng_seed)
     out = []
-    for i in rng.choice(pi.shape[0], size=min(max_draws, pi.shape[0]), replace=False):
+    for i in runs.pick_draws(rng, pi.shape[0], max_draws):
         c = rng.choice(pi.shape[1], size=N, p=pi[i] / pi[i].sum())
         z = rng.normal(size=(N, W.shape[-1]))
         eps = rng.normal(size=(N, mu.shape[-1])) / np.sqrt(psi[i])

@@ -56,7 +56,7 @@ def noca_posterior_predictive(idata, rng_seed=0, max_draws=200):
     pi = np.asarray(post["pi"]).reshape(theta.shape[0], -1)
     N = idata.observed_data["X"].shape[0]
     rng = np.random.default_rng(rng_seed)
-    pick = rng.choice(theta.shape[0], size=min(max_draws, theta.shape[0]), replace=False)
+    pick = runs.pick_draws(rng, theta.shape[0], max_draws)
     s = (rng.random((len(pick), N, pi.shape[-1])) < pi[pick][:, None, :]).astype(float)
     p_on = -np.expm1(-(theta0[pick][:, None, :] + s @ theta[pick]))
     return {"X": (rng.random(p_on.shape) < p_on).astype(float)[None]}
