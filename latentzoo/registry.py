@@ -107,6 +107,9 @@ class FamilyChecks(NamedTuple):
             updates read: the deterministic checks run every update under them.
         orbit_model_kwargs: sizes at which every move with an orbit has a one-dimensional orbit
             (e.g. K = 1), for :func:`~latentzoo.inference.checks.check_move_on_orbit`.
+        informative_model_kwargs: sizes with many rows per parameter, where the posterior is far
+            from the prior (an SBC run there has power against updates that are right only
+            when the data say little).
     """
 
     model_kwargs: dict
@@ -116,6 +119,7 @@ class FamilyChecks(NamedTuple):
     vb: Callable | None = None
     random_priors: Callable | None = None
     orbit_model_kwargs: dict | None = None
+    informative_model_kwargs: dict | None = None
 
 
 class Family(NamedTuple):

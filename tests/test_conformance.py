@@ -19,7 +19,7 @@ import pytest
 from numpyro.infer import Predictive
 
 from latentzoo.cli import main
-from latentzoo.inference.checks import geweke_test
+from latentzoo.inference.checks import geweke_test, sbc
 from latentzoo.inference.gibbs import ConjugateGibbs
 from latentzoo.inference.updates import GibbsUpdate
 from latentzoo.registry import families
@@ -74,6 +74,25 @@ def test_gibbs_table_passes_short_geweke_and_broken_twin_fails(family):
     assert good.passed, dict(zip(good.labels, np.round(good.z_scores, 2)))
     bad = _geweke(family, _broken_table(family))
     assert not bad.passed, dict(zip(bad.labels, np.round(bad.z_scores, 2)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", WITH_GIBBS, ids=ids)
+def test_gibbs_table_passes_sbc_where_the_posterior_is_informative(family):
+    """SBC at many rows per parameter (the posterior far from the prior); the broken twin
+    (one draw scaled by 0.8) puts the truth's ranks at one end and fails at the same seed."""
+    kw = family.checks.informative_model_kwargs
+    assert kw is not None, f"{family.name} declares no informative configuration"
+
+    def run(table):
+        return sbc(family.model, ConjugateGibbs(family.model, table), kw,
+                   family.checks.test_functions, jax.random.PRNGKey(12), num_simulations=100,
+                   num_warmup=50, num_draws=49, thin=2, num_bins=5)
+
+    good = run(family.checks.gibbs_table())
+    assert good.passed, dict(zip(good.labels, np.round(good.p_values, 4)))
+    bad = run(_broken_table(family))
+    assert not bad.passed
 
 
 @pytest.mark.parametrize("family", WITH_VB, ids=ids)

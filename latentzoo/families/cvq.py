@@ -90,6 +90,7 @@ CVQ_CHECKS = FamilyChecks(
     broken_site="tau",
     vb=_cvq_vb_check,
     random_priors=_cvq_random_priors,
+    informative_model_kwargs=dict(N=60, D=4, K=2),
 )
 
 CVQ = register(

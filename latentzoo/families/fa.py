@@ -233,6 +233,12 @@ def _fa_random_priors(rng):
     }
 
 
+def _fa_informative():
+    import numpyro.distributions as dist
+
+    return dict(N=100, D=4, K=1, priors={"mu": dist.Normal(0.0, 1.0)})
+
+
 FA_CHECKS = FamilyChecks(
     model_kwargs=_fa_small(),
     gibbs_table=_fa_table,
@@ -251,6 +257,7 @@ FA_CHECKS = FamilyChecks(
     random_priors=_fa_random_priors,
     # K = 1: the scale move's orbit is one-dimensional; N < D skews its target (Jacobian c^(D-N))
     orbit_model_kwargs=dict(N=3, D=6, K=1),
+    informative_model_kwargs=_fa_informative(),
 )
 
 FA = register(
