@@ -1,0 +1,596 @@
+"""Mutation score of the inference modules: plant one arithmetic mutant at a time, run the tests.
+
+A mutant is one small ast-level change at one site inside a function body of a module under
+``inference/`` (a swapped operator, a dropped term, a changed constant, a swapped index, a flipped
+comparison, ``jnp.where`` reduced to one branch). Each mutant is written into a private copy of the
+repository, the tests mapped to that module run against it, and the file is restored. A mutant
+is *killed* when the tests fail (or hang past the per-mutant timeout), *survived* when they pass.
+The score of a module is killed / mutants.
+
+The copy is a ``git worktree`` of HEAD in a temporary directory (removed at the end) with its own
+virtual environment holding an editable install of the copy, so ``latentzoo.inference`` resolves
+to the mutated files (the package maps ``latentzoo.inference -> inference/`` and
+``latentzoo.models -> models/``, which a plain PYTHONPATH would not reproduce); the script checks
+that before the first mutant. Uncommitted edits in the working tree are not seen: commit first.
+
+Mutants are sampled per module with a fixed seed, the hand-derived update and move functions of
+each module (``FOCUS``) first and the operators interleaved, so the score is reproducible and a
+small ``--max-mutants`` still covers the arithmetic that matters. Runtime is dominated by XLA
+compilation: a killed mutant costs one compile of the first failing test, a survivor the whole
+mapped test set. See docs/mutation_testing.md.
+
+    python experiments/mutation_score.py --modules inference/fa/gibbs.py --max-mutants 10 \
+        --json experiments/results/mutation_score.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import copy
+import fnmatch
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+from dataclasses import asdict, dataclass
+
+# module -> test files that exercise it, fastest and most discriminating first (pytest -x stops at
+# the first failure, so the order decides how much a killed mutant costs). Found by grepping tests/
+# for the module and for the modules that import it.
+TESTS = {
+    "inference/fa/gibbs.py": [
+        "tests/inference/test_update_checks.py",
+        "tests/inference/test_fa_checks.py",
+        "tests/inference/test_gibbs_builder.py",
+        "tests/test_conformance.py",
+    ],
+    "inference/conjugate.py": [
+        "tests/inference/test_update_checks.py",
+        "tests/inference/test_fa_vb.py",
+        "tests/inference/test_fa_checks.py",
+        "tests/inference/test_mfa_gibbs.py",
+        "tests/inference/test_cvq_gibbs.py",
+        "tests/inference/test_noca_mcmc.py",
+    ],
+    "inference/gaussian.py": [
+        "tests/inference/test_update_checks.py",
+        "tests/inference/test_fa_vb.py",
+        "tests/inference/test_fa_checks.py",
+        "tests/inference/test_mfa_gibbs.py",
+        "tests/inference/test_online_fa.py",
+    ],
+    "inference/cvq/gibbs.py": ["tests/inference/test_update_checks.py", "tests/inference/test_cvq_gibbs.py"],
+    "inference/mfa/gibbs.py": [
+        "tests/inference/test_update_checks.py",
+        "tests/inference/test_mfa_gibbs.py",
+        "tests/models/test_mfa.py",
+    ],
+    "inference/fa/vb.py": ["tests/inference/test_fa_vb.py", "tests/inference/test_cavi_driver.py"],
+    "inference/fa/em.py": ["tests/inference/test_fa_vb.py", "tests/inference/test_cavi_driver.py"],
+    "inference/cvq/em.py": ["tests/inference/test_cvq_em.py"],
+    "inference/noca/em.py": ["tests/inference/test_noca_em.py"],
+    "inference/noca/bound.py": ["tests/inference/test_noca_em.py"],
+    "inference/noca/mcmc.py": ["tests/inference/test_update_checks.py", "tests/inference/test_noca_mcmc.py"],
+    "inference/fa/online_kernels.py": ["tests/inference/test_online_fa.py"],
+    "inference/fa/online.py": ["tests/inference/test_online_fa.py", "tests/cli/test_streaming_run.py"],
+    "inference/fa/fit.py": ["tests/inference/test_fa_vb.py", "tests/cli/test_cli.py"],
+    "inference/gibbs.py": [
+        "tests/inference/test_gibbs_builder.py",
+        "tests/inference/test_fa_checks.py",
+        "tests/inference/test_parallel_chains.py",
+    ],
+    "inference/updates.py": [
+        "tests/inference/test_update_checks.py",
+        "tests/inference/test_gibbs_builder.py",
+        "tests/inference/test_fa_checks.py",
+    ],
+    "inference/cavi.py": ["tests/inference/test_cavi_driver.py", "tests/inference/test_fa_vb.py"],
+    "inference/cavi_blocks.py": ["tests/inference/test_cavi_driver.py", "tests/inference/test_fa_vb.py"],
+    "inference/checks.py": [
+        "tests/inference/test_update_checks.py",
+        "tests/inference/test_fa_checks.py",
+        "tests/test_conformance.py",
+    ],
+    "inference/enumerate.py": [
+        "tests/inference/test_cvq_gibbs.py",
+        "tests/inference/test_cvq_em.py",
+        "tests/inference/test_noca_em.py",
+    ],
+    "inference/validation.py": ["tests/inference/test_online_fa.py", "tests/inference/test_cvq_em.py"],
+}
+
+# The hand-derived updates and moves of each module: mutants here are selected first.
+FOCUS = {
+    "inference/fa/gibbs.py": [
+        "z_natural", "W_natural", "mu_conditional", "psi_conditional",
+        "scale_step", "shift_step", "shear_step",
+    ],
+    "inference/fa/vb.py": ["cavi_z", "cavi_W", "cavi_mu", "cavi_psi", "cavi_elbo_terms", "z_moments", "sq_resid"],
+    "inference/fa/em.py": ["em_e_step", "em_W_mu", "em_psi", "em_objective_terms"],
+    "inference/cvq/gibbs.py": ["_s_logits", "s_draw", "_W_natural", "_tau_conditional"],
+    "inference/cvq/em.py": ["cvq_e_step", "cvq_m_step", "cvq_bound", "_entropy", "_state_log_joint"],
+    "inference/noca/em.py": [
+        "lam_update", "_q_grad", "q_update", "theta_update", "theta0_update", "_exact_m_step",
+        "_solve_decreasing",
+    ],
+    "inference/mfa/gibbs.py": [
+        "c_marginal_logits", "_z_natural", "_z_prior", "_component_precisions", "_W_natural",
+        "_mu_conditional", "_psi_conditional", "_pi_conditional", "c_conditional",
+    ],
+    "inference/conjugate.py": [
+        "gamma_precision_posterior", "normal_mean_posterior", "beta_bernoulli_posterior",
+        "dirichlet_categorical_posterior", "gamma_moments", "gamma_entropy", "beta_log_moments",
+        "dirichlet_log_moments", "normal_expected_log_prior", "gamma_expected_log_prior",
+    ],
+    "inference/gaussian.py": [
+        "precision_solve", "mvn_from_precision", "gaussian_draw", "gaussian_block", "cov_from_tril",
+        "gaussian_entropy",
+    ],
+    "inference/fa/online_kernels.py": [
+        "latent_posterior", "posterior_means", "log_likelihood", "thesis_em_step", "_sga_gradients",
+        "thesis_sga_step", "sga_batch_step", "em_batch_step", "em_finalize", "_factor_map",
+    ],
+    "inference/noca/bound.py": None,  # every function
+}
+
+CORE = [
+    "inference/gibbs.py", "inference/updates.py", "inference/cavi.py", "inference/conjugate.py",
+    "inference/gaussian.py", "inference/checks.py", "inference/enumerate.py",
+]
+FAMILY_GLOBS = ["inference/fa/*.py", "inference/mfa/*.py", "inference/cvq/*.py", "inference/noca/*.py"]
+
+PYTEST = ["-m", "pytest", "-x", "-q", "-n", "0", "-p", "no:cacheprovider"]
+
+
+# ----------------------------------------------------------------------------------------------
+# Mutants
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Mutant:
+    module: str
+    function: str  # qualified name of the enclosing function, e.g. "scale_step.log_target"
+    line: int
+    operator: str
+    original: str  # the original source line(s)
+    mutated: str  # the same line(s) after the mutation
+    source: str = ""  # the whole mutated module (not written to JSON)
+
+    def key(self):
+        return f"{self.module}:{self.line} {self.operator}: {self.original.strip()} -> {self.mutated.strip()}"
+
+
+BINOP_SWAP = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult, ast.FloorDiv: ast.Div}
+CMP_SWAP = {
+    ast.Lt: [ast.LtE, ast.Gt], ast.LtE: [ast.Lt, ast.GtE], ast.Gt: [ast.GtE, ast.Lt],
+    ast.GtE: [ast.Gt, ast.LtE], ast.Eq: [ast.NotEq], ast.NotEq: [ast.Eq],
+}
+
+
+def _is_number(node):
+    return (
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, (int, float))
+        and not isinstance(node.value, bool)
+    )
+
+
+def _new_constant(v):
+    if v == 0.5:
+        return 1.0
+    if v == 2:
+        return 1 if isinstance(v, int) else 1.0
+    if v == 1:
+        return 2 if isinstance(v, int) else 2.0
+    if v == 0:
+        return 1 if isinstance(v, int) else 1.0
+    return v + 1
+
+
+def _is_where(node):
+    f = node.func
+    return (
+        isinstance(f, ast.Attribute)
+        and f.attr == "where"
+        and isinstance(f.value, ast.Name)
+        and f.value.id in ("jnp", "np", "numpy")
+        and len(node.args) == 3
+        and not node.keywords
+    )
+
+
+def _index_names(slice_node):
+    elts = slice_node.elts if isinstance(slice_node, ast.Tuple) else [slice_node]
+    return [i for i, e in enumerate(elts) if isinstance(e, ast.Name)]
+
+
+def _skip_ids(func):
+    """ids of nodes that are not arithmetic: docstring, annotations, strings, __all__."""
+    skip = set()
+    body = func.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        skip.update(id(n) for n in ast.walk(body[0]))
+    for n in ast.walk(func):
+        if isinstance(n, ast.AnnAssign) and n.annotation is not None:
+            skip.update(id(m) for m in ast.walk(n.annotation))
+        if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+            if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
+                skip.update(id(m) for m in ast.walk(n))
+        if isinstance(n, (ast.JoinedStr, ast.Raise, ast.Assert)):  # messages and input checks
+            skip.update(id(m) for m in ast.walk(n))
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) and n is not func:
+            for a in ast.walk(n.args):  # nested defaults and annotations
+                if isinstance(a, ast.arg) and a.annotation is not None:
+                    skip.update(id(m) for m in ast.walk(a.annotation))
+            if not isinstance(n, ast.Lambda) and n.returns is not None:
+                skip.update(id(m) for m in ast.walk(n.returns))
+            if not isinstance(n, ast.Lambda):
+                skip.update(id(m) for d in n.decorator_list for m in ast.walk(d))
+    return skip
+
+
+def _sites(func):
+    """Yield (node, operator name, replacement expression) for every mutation site in func's body."""
+    skip = _skip_ids(func)
+    index_names = sorted(
+        {
+            s.slice.elts[i].id if isinstance(s.slice, ast.Tuple) else s.slice.id
+            for s in ast.walk(func)
+            if isinstance(s, ast.Subscript)
+            for i in _index_names(s.slice)
+        }
+    )
+    nodes = [n for stmt in func.body for n in ast.walk(stmt) if id(n) not in skip]
+    for n in nodes:
+        if isinstance(n, ast.BinOp):
+            if type(n.op) in BINOP_SWAP:
+                yield n, "binop_swap", ast.BinOp(n.left, BINOP_SWAP[type(n.op)](), n.right)
+            if isinstance(n.op, ast.Pow):
+                if not (_is_number(n.right) and n.right.value == 1):
+                    yield n, "pow_to_1", ast.BinOp(n.left, ast.Pow(), ast.Constant(1))
+            if isinstance(n.op, (ast.Add, ast.Sub)):
+                yield n, "drop_term", n.left
+                if isinstance(n.op, ast.Add):
+                    yield n, "drop_term", n.right
+        elif isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.USub):
+            if not _is_number(n.operand):  # -1.0 is a constant, mutated below
+                yield n, "unary_minus_drop", n.operand
+            else:
+                yield n, "constant", ast.Constant(-_new_constant(n.operand.value))
+        elif isinstance(n, ast.Constant) and _is_number(n):
+            yield n, "constant", ast.Constant(_new_constant(n.value))
+        elif isinstance(n, ast.Compare) and len(n.ops) == 1 and type(n.ops[0]) in CMP_SWAP:
+            for new in CMP_SWAP[type(n.ops[0])]:
+                yield n, "compare_flip", ast.Compare(n.left, [new()], n.comparators)
+        elif isinstance(n, ast.Call) and _is_where(n):
+            yield n, "where_branch", n.args[1]
+            yield n, "where_branch", n.args[2]
+        elif isinstance(n, ast.Subscript) and len(index_names) >= 2:
+            elts = n.slice.elts if isinstance(n.slice, ast.Tuple) else [n.slice]
+            for i in _index_names(n.slice):
+                for other in index_names:
+                    if other == elts[i].id:
+                        continue
+                    new_elts = list(elts)
+                    new_elts[i] = ast.Name(other, ast.Load())
+                    new_slice = ast.Tuple(new_elts, ast.Load()) if isinstance(n.slice, ast.Tuple) else new_elts[0]
+                    yield n, "swap_index", ast.Subscript(n.value, new_slice, n.ctx)
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.BinOp):
+            yield n.value, "unary_minus_add", ast.UnaryOp(ast.USub(), n.value)
+
+
+def _functions(tree):
+    """(qualified name, outermost name, node) for every function, nested ones included."""
+
+    def visit(node, prefix, outer):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                q = f"{prefix}.{child.name}" if prefix else child.name
+                yield q, outer or child.name, child
+                yield from visit(child, q, outer or child.name)
+            elif isinstance(child, ast.ClassDef):
+                yield from visit(child, f"{prefix}.{child.name}" if prefix else child.name, outer)
+            else:
+                yield from visit(child, prefix, outer)
+
+    yield from visit(tree, "", None)
+
+
+def _replace(src_bytes_lines, node, text):
+    """Source with node's segment replaced by text (positions are utf-8 byte offsets)."""
+    lines = src_bytes_lines
+    starts = [0]
+    for ln in lines:
+        starts.append(starts[-1] + len(ln))
+    data = b"".join(lines)
+    a = starts[node.lineno - 1] + node.col_offset
+    b = starts[node.end_lineno - 1] + node.end_col_offset
+    return (data[:a] + text.encode() + data[b:]).decode()
+
+
+def generate_mutants(repo, module, rev="HEAD"):
+    # HEAD's text, as in the copy: uncommitted edits of the working tree are not mutated
+    src = run(["git", "-C", repo, "show", f"{rev}:{module}"]).stdout
+    tree = ast.parse(src)
+    blines = src.encode().splitlines(keepends=True)
+    tlines = src.splitlines()
+    base_dump = ast.dump(tree)
+    out, seen = [], set()
+    for qual, outer, func in _functions(tree):
+        # a nested function's nodes are reached from the outer one; attribute them to the innermost
+        for node, op, new in _sites(func):
+            text = "(" + ast.unparse(ast.fix_missing_locations(copy.deepcopy(new))) + ")"
+            mutated = _replace(blines, node, text)
+            try:
+                mtree = ast.parse(mutated)
+            except SyntaxError:
+                continue
+            dump = ast.dump(mtree)
+            if dump == base_dump or dump in seen:  # no-op, or the same mutant spelled otherwise
+                continue
+            seen.add(dump)
+            mlines = mutated.splitlines()
+            lo = node.lineno - 1
+            n_lines = node.end_lineno - node.lineno + 1
+            extra = len(mlines) - len(tlines)
+            out.append(
+                Mutant(
+                    module, qual, node.lineno, op,
+                    "\n".join(tlines[lo:lo + n_lines]),
+                    "\n".join(mlines[lo:lo + n_lines + extra]),
+                    mutated,
+                )
+            )
+    # the innermost function owns a site: drop duplicates reported under the outer name
+    best = {}
+    for m in out:
+        k = m.source
+        if k not in best or m.function.count(".") > best[k].function.count("."):
+            best[k] = m
+    return [m for m in out if best[m.source] is m]
+
+
+def select(mutants, module, max_mutants, only_functions, seed):
+    """Seeded, operator-interleaved sample: focus functions first, then the rest of the module."""
+    if only_functions:
+        rx = re.compile(only_functions)
+        mutants = [m for m in mutants if rx.search(m.function) or rx.search(m.function.split(".")[0])]
+    focus = FOCUS.get(module)
+    in_focus = lambda m: focus is None or m.function.split(".")[0] in focus  # noqa: E731
+    rng = random.Random(seed * 1_000_003 + zlib.crc32(module.encode()))
+    picked = []
+    for group in ([m for m in mutants if in_focus(m)], [m for m in mutants if not in_focus(m)]):
+        by_op = {}
+        for m in group:
+            by_op.setdefault(m.operator, []).append(m)
+        queues = []
+        for op in sorted(by_op):
+            q = by_op[op][:]
+            rng.shuffle(q)
+            queues.append(q)
+        rng.shuffle(queues)
+        while any(queues) and (max_mutants is None or len(picked) < max_mutants):
+            for q in queues:
+                if q and (max_mutants is None or len(picked) < max_mutants):
+                    picked.append(q.pop())
+    return sorted(picked, key=lambda m: (m.line, m.operator))
+
+
+# ----------------------------------------------------------------------------------------------
+# Private copy
+# ----------------------------------------------------------------------------------------------
+
+
+def run(cmd, **kw):
+    return subprocess.run(cmd, check=True, text=True, capture_output=True, **kw)
+
+
+def make_copy(repo, work, venv, rev):
+    copy_dir = os.path.join(work, "repo")
+    run(["git", "-C", repo, "worktree", "add", "--detach", copy_dir, rev])
+    if not os.path.exists(os.path.join(venv, "bin", "python")):
+        print(f"creating venv {venv}", flush=True)
+        run([sys.executable, "-m", "venv", venv])
+        run([os.path.join(venv, "bin", "pip"), "install", "-q", "setuptools>=77"])
+        run([os.path.join(venv, "bin", "pip"), "install", "-q", "-e", f"{copy_dir}[test]"])
+    else:  # reused venv: repoint its editable install at this copy
+        run([os.path.join(venv, "bin", "pip"), "install", "-q", "--no-deps", "-e", copy_dir])
+    return copy_dir
+
+
+def check_resolves(py, copy_dir):
+    """latentzoo, latentzoo.inference and latentzoo.models must come from the copy (not executed
+    beyond the package __init__ files, so a module that fails to import still gets its baseline)."""
+    code = (
+        "import importlib\n"
+        "for n in ('latentzoo', 'latentzoo.inference', 'latentzoo.models'):\n"
+        "    print(*importlib.import_module(n).__path__)"
+    )
+    p = subprocess.run([py, "-c", code], cwd=copy_dir, env=env_for(copy_dir), capture_output=True, text=True)
+    if p.returncode:
+        raise SystemExit(f"cannot import latentzoo from the copy:\n{p.stderr}")
+    real = os.path.realpath(copy_dir)
+    bad = [f for f in p.stdout.split() if not os.path.realpath(f).startswith(real + os.sep)]
+    if bad:
+        raise SystemExit(f"imports do not resolve to the copy {copy_dir}: {bad}")
+
+
+def env_for(copy_dir):
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"  # a same-size mutant in the same second must not hit a stale .pyc
+    env.setdefault("JAX_PLATFORMS", "cpu")
+    return env
+
+
+def run_tests(py, copy_dir, tests, timeout):
+    t0 = time.monotonic()
+    try:
+        p = subprocess.run(
+            [py, *PYTEST, *tests], cwd=copy_dir, env=env_for(copy_dir), capture_output=True,
+            text=True, timeout=timeout, start_new_session=True,
+        )
+    except subprocess.TimeoutExpired as e:
+        _kill_group(e)
+        return "timeout", time.monotonic() - t0, ""
+    tail = (p.stdout + p.stderr).strip().splitlines()
+    return ("passed" if p.returncode == 0 else "failed"), time.monotonic() - t0, "\n".join(tail[-3:])
+
+
+def _kill_group(exc):
+    # subprocess.run kills the child on timeout; with start_new_session its group is its pid
+    pid = getattr(getattr(exc, "process", None), "pid", None)
+    if pid:
+        try:
+            os.killpg(pid, 9)
+        except OSError:
+            pass
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+def default_modules(repo, rev):
+    tracked = run(["git", "-C", repo, "ls-tree", "-r", "--name-only", rev, "inference"]).stdout.split()
+    mods = list(CORE)
+    for g in FAMILY_GLOBS:
+        mods += sorted(p for p in tracked if fnmatch.fnmatch(p, g) and not p.endswith("__init__.py"))
+    return mods
+
+
+def main(argv=None):
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repo", default=os.path.dirname(here), help="repository (its HEAD is copied)")
+    ap.add_argument("--modules", nargs="+", help="modules under inference/ (default: core and families)")
+    ap.add_argument("--tests", nargs="+", help="test files for every module (overrides the mapping)")
+    ap.add_argument("--max-test-files", type=int, help="run only the first N mapped test files (quick run)")
+    ap.add_argument("--max-mutants", type=int, default=10, help="per module; 0 = all")
+    ap.add_argument("--only-functions", help="regex of function names to mutate")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--timeout", type=float, help="seconds per mutant (default: 2 x baseline + 60)")
+    ap.add_argument("--venv", help="reuse (or create) this venv instead of a temporary one")
+    ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--list", action="store_true", help="only list the selected mutants")
+    args = ap.parse_args(argv)
+
+    repo = os.path.abspath(args.repo)
+    rev = run(["git", "-C", repo, "rev-parse", "HEAD"]).stdout.strip()  # fixed: HEAD may move meanwhile
+    modules = args.modules or default_modules(repo, rev)
+    max_m = None if args.max_mutants == 0 else args.max_mutants
+    plan = {}
+    for mod in modules:
+        tests = args.tests or TESTS.get(mod)
+        if tests and args.max_test_files and not args.tests:
+            tests = tests[: args.max_test_files]
+        if not tests:
+            print(f"{mod}: no tests mapped (add it to TESTS or pass --tests); skipped", flush=True)
+            continue
+        allm = generate_mutants(repo, mod, rev)
+        plan[mod] = (tests, len(allm), select(allm, mod, max_m, args.only_functions, args.seed))
+    if args.list:
+        for mod, (tests, n, ms) in plan.items():
+            print(f"== {mod}: {len(ms)} of {n} mutants; tests {' '.join(tests)}")
+            for m in ms:
+                print(f"  {m.line:4d} {m.function:28s} {m.operator:16s} {m.original.strip()}  ->  {m.mutated.strip()}")
+        return 0
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean up the copy when killed
+    work = tempfile.mkdtemp(prefix="mutation-")
+    venv = os.path.abspath(args.venv) if args.venv else os.path.join(work, "venv")
+    copy_dir = None
+    results = {"repo_head": rev,
+               "seed": args.seed, "max_mutants": args.max_mutants,
+               "only_functions": args.only_functions,
+               "max_test_files": args.max_test_files, "modules": {}}
+    try:
+        copy_dir = make_copy(repo, work, venv, rev)
+        py = os.path.join(venv, "bin", "python")
+        check_resolves(py, copy_dir)
+        baselines = {}
+        for mod, (tests, n_all, mutants) in plan.items():
+            target = os.path.join(copy_dir, mod)
+            original = open(target, encoding="utf-8").read()
+            key = tuple(tests)  # modules mapped to the same tests share one baseline run
+            if key not in baselines:
+                baselines[key] = run_tests(py, copy_dir, tests, timeout=None)
+            status, base_t, tail = baselines[key]
+            print(f"== {mod}: baseline {status} in {base_t:.0f}s; {len(mutants)} of {n_all} mutants", flush=True)
+            entry = {"tests": tests, "candidates": n_all, "baseline_seconds": round(base_t, 1), "mutants": []}
+            results["modules"][mod] = entry
+            if status != "passed":
+                entry["baseline_failed"] = tail
+                print(f"   baseline fails, module skipped:\n{tail}", flush=True)
+                continue
+            timeout = args.timeout or 2 * base_t + 60
+            for m in mutants:
+                try:
+                    with open(target, "w", encoding="utf-8") as f:
+                        f.write(m.source)
+                    outcome, secs, tail = run_tests(py, copy_dir, tests, timeout)
+                finally:
+                    with open(target, "w", encoding="utf-8") as f:
+                        f.write(original)
+                verdict = {"failed": "killed", "timeout": "timeout", "passed": "survived"}[outcome]
+                rec = {k: v for k, v in asdict(m).items() if k != "source"}
+                rec.update(result=verdict, seconds=round(secs, 1))
+                entry["mutants"].append(rec)
+                print(f"   {verdict:8s} {secs:5.0f}s  {m.key()}", flush=True)
+            _summarise(entry)
+            if args.json:
+                _write(args.json, results)
+    finally:
+        if copy_dir:
+            subprocess.run(["git", "-C", repo, "worktree", "remove", "--force", copy_dir], capture_output=True)
+        shutil.rmtree(work, ignore_errors=True)
+    if args.json:
+        _write(args.json, results)
+    print_table(results)
+    return 0
+
+
+def _summarise(entry):
+    ms = entry["mutants"]
+    k = sum(m["result"] == "killed" for m in ms)
+    t = sum(m["result"] == "timeout" for m in ms)
+    s = sum(m["result"] == "survived" for m in ms)
+    entry.update(n=len(ms), killed=k, timed_out=t, survived=s,
+                 score=round((k + t) / len(ms), 3) if ms else None)
+
+
+def _write(path, results):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(results, f, indent=1)
+        f.write("\n")
+
+
+def print_table(results):
+    rows = [(mod, e) for mod, e in results["modules"].items() if "n" in e]
+    print(f"\n{'module':34s} {'mutants':>7s} {'killed':>6s} {'survived':>8s} {'timeout':>7s} {'score':>6s}")
+    for mod, e in rows:
+        print(f"{mod:34s} {e['n']:7d} {e['killed']:6d} {e['survived']:8d} {e['timed_out']:7d} {e['score']:6.2f}")
+    tot = sum(e["n"] for _, e in rows)
+    if tot:
+        dead = sum(e["killed"] + e["timed_out"] for _, e in rows)
+        print(f"{'total':34s} {tot:7d} {'':6s} {tot - dead:8d} {'':7s} {dead / tot:6.2f}")
+    surv = [(mod, m) for mod, e in rows for m in e["mutants"] if m["result"] == "survived"]
+    if surv:
+        print("\nsurviving mutants:")
+        for mod, m in surv:
+            print(f"  {mod}:{m['line']} [{m['function']}] {m['operator']}\n"
+                  f"    - {m['original'].strip()}\n    + {m['mutated'].strip()}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
