@@ -1,12 +1,18 @@
 """Every ArviZ call the project makes, in one place.
 
-ArviZ 0.2x (Python 3.11) and ArviZ 1.x (Python >= 3.12, built on ``arviz-base`` / ``xarray``
-``DataTree``) differ in converters, group access and plotting. Code elsewhere calls only the
-functions below; a move to 1.x changes this file alone.
+ArviZ 0.2x (Python 3.11) and ArviZ 1.x (Python >= 3.12, built on ``arviz-base`` / ``arviz-stats``
+/ ``arviz-plots`` and ``xarray.DataTree``) differ in converters, group access, summary column
+names, LOO results and plotting. Code elsewhere calls only the functions below, which behave the
+same on both lines; the object they pass around ("idata") is an ``arviz.InferenceData`` on 0.2x
+and an ``xarray.DataTree`` on 1.x. Both give ``idata.posterior`` (with ``.data_vars``, ``.sizes``,
+``.attrs`` and ``["name"]``), but not the same methods: for groups, attributes, arrays and
+variable names use :func:`group_names`, :func:`posterior_attrs`, :func:`posterior_array` and
+:func:`posterior_var_names` rather than the objects' own methods.
 """
 
 from __future__ import annotations
 
+import numbers
 import warnings
 
 import matplotlib
@@ -15,6 +21,7 @@ matplotlib.use("Agg")  # files only, no display; set before pyplot is imported
 
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
 
 from latentzoo.results import atomic_savefig, atomic_write  # noqa: E402
 
@@ -23,6 +30,8 @@ with warnings.catch_warnings():
     import arviz as az  # noqa: E402
 
 __all__ = [
+    "ARVIZ_VERSION",
+    "ARVIZ_1",
     "from_mcmc",
     "from_draws",
     "summary",
@@ -33,13 +42,101 @@ __all__ = [
     "plot_ppc",
     "add_posterior_predictive",
     "group_names",
+    "posterior_attrs",
+    "set_posterior_attrs",
+    "posterior_var_names",
+    "posterior_array",
+    "drop_posterior_vars",
+    "loo",
 ]
 
+ARVIZ_VERSION: str = az.__version__
+#: True on the ArviZ 1.x line (``xarray.DataTree`` based), False on 0.2x.
+ARVIZ_1: bool = int(ARVIZ_VERSION.split(".")[0]) >= 1
+
+if ARVIZ_1:
+    import xarray as xr
+
 _SUMMARY_COLUMNS = ["mean", "sd", "hdi_3%", "hdi_97%", "ess_bulk", "ess_tail", "r_hat"]
+# 1.x names the 94% HDI bounds after the probability; 0.2x after the tail masses.
+_SUMMARY_RENAMES_1X = {"hdi94_lb": "hdi_3%", "hdi94_ub": "hdi_97%"}
+# ArviZ 0.2x's default display rounding, applied on both lines to raw numbers.
+_SUMMARY_DECIMALS = {"mean": 3, "sd": 3, "hdi_3%": 3, "hdi_97%": 3, "ess_bulk": 0, "ess_tail": 0,
+                     "r_hat": 2}
+# Fewest draws (chains x draws) for PSIS-LOO: below 30, 1.x's Pareto tail (20% of the draws)
+# is too short to fit and it returns NaN shape estimates or raises.
+_LOO_MIN_DRAWS = 30
+# Attributes ArviZ writes on every group by itself (0.2x and 1.x); not run metadata.
+_ARVIZ_ATTRS = frozenset({
+    "created_at", "arviz_version", "arviz_language", "inference_library",
+    "inference_library_version", "creation_library", "creation_library_version",
+    "creation_library_language", "sample_dims", "modeling_interface",
+    "modeling_interface_version", "sampling_time", "tuning_steps",
+})
+
+
+# ------------------------------------------------------------------------ building
+def _from_groups(*, coords=None, dims=None, **groups):
+    """``az.from_dict`` over the groups given (dicts of arrays); None groups left out."""
+    groups = {name: _plain_arrays(data) for name, data in groups.items() if data is not None}
+    if ARVIZ_1:
+        return az.from_dict(groups, coords=coords, dims=dims)
+    return az.from_dict(**groups, coords=coords, dims=dims)
+
+
+def _dims_of_observed(idata, data: dict, *, leading: bool):
+    """(dims, coords) naming the non-sample axes of ``data``'s arrays (chains, draws, ...) after
+    the observed variable of the same name: all of its axes (replicated data) or, with
+    ``leading``, its first ones (pointwise log-likelihood of rows). ArviZ names observed axes
+    from NumPyro's plates, differently on 0.2x and 1.x; 1.x's plots need them to agree."""
+    dims, coords = {}, {}
+    if "observed_data" not in group_names(idata):
+        return dims, coords
+    observed = idata.observed_data
+    for name, value in data.items():
+        event = tuple(np.shape(value)[2:])
+        if name not in observed.data_vars or not event:
+            continue
+        obs = observed[name]
+        if tuple(obs.shape[: len(event)] if leading else obs.shape) != event:
+            continue
+        dims[name] = [str(d) for d in obs.dims[: len(event)]]
+        for d in dims[name]:
+            if d in obs.coords:
+                coords[d] = np.asarray(obs.coords[d].values)
+    return dims, coords
+
+
+def _plain_arrays(data: dict) -> dict:
+    return {name: np.asarray(value) for name, value in data.items()}
+
+
+def _set_group(idata, name: str, source) -> None:
+    """Put group ``name`` of ``source`` into ``idata``, replacing one already there."""
+    if ARVIZ_1:
+        idata[name] = source[name]
+    else:
+        idata.extend(source, join="right")
+
+
+def _check_sampled(group: str, data: dict) -> None:
+    shapes = {name: np.shape(value) for name, value in data.items()}
+    bad = [name for name, shape in shapes.items() if len(shape) < 2]
+    if bad:
+        raise ValueError(
+            f"{group} arrays must be shaped (chains, draws, ...); {', '.join(bad)} "
+            f"has fewer than two dimensions."
+        )
+    lead = {shape[:2] for shape in shapes.values()}
+    if len(lead) > 1:
+        raise ValueError(
+            f"{group} arrays disagree on (chains, draws): "
+            + ", ".join(f"{n} {s[:2]}" for n, s in shapes.items()) + "."
+        )
 
 
 def _readable_stats(idata):
-    """Rename block diagnostics to readable names (``block_states.2.diverging`` -> ``nuts_diverging``)."""
+    """Rename block diagnostics to readable names (``block_states.2.diverging`` -> ``block2_diverging``)."""
     if "sample_stats" not in group_names(idata):
         return idata
     renames = {}
@@ -48,7 +145,10 @@ def _readable_stats(idata):
             _, index, field = name.split(".", 2)
             renames[name] = f"block{index}_{field.replace('.', '_')}"
     if renames:
-        idata.sample_stats = idata.sample_stats.rename(renames)
+        if ARVIZ_1:
+            idata["sample_stats"] = idata["sample_stats"].to_dataset().rename(renames)
+        else:
+            idata.sample_stats = idata.sample_stats.rename(renames)
     return idata
 
 
@@ -58,16 +158,35 @@ def from_mcmc(mcmc, *, log_likelihood=None, coords=None, dims=None):
     ``log_likelihood``: optional dict name -> array (chains, draws, N) of pointwise
     log-likelihoods to store instead of NumPyro's (e.g. with the latent factors integrated out).
     """
-    idata = az.from_numpyro(mcmc, log_likelihood=log_likelihood is None, coords=coords, dims=dims)
     if log_likelihood is not None:
-        ll = az.from_dict(log_likelihood=log_likelihood)
-        idata.extend(ll)
+        _check_sampled("log_likelihood", log_likelihood)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # 1.x: dims it cannot infer from plates
+        idata = az.from_numpyro(
+            mcmc, log_likelihood=log_likelihood is None, coords=coords, dims=dims
+        )
+    if log_likelihood is not None:
+        # Axes named as the observations' rows (NumPyro's plate), so both lines agree.
+        ll_dims, ll_coords = _dims_of_observed(idata, log_likelihood, leading=True)
+        _set_group(idata, "log_likelihood",
+                   _from_groups(log_likelihood=log_likelihood, coords=ll_coords, dims=ll_dims))
     return _readable_stats(idata)
 
 
 def from_draws(posterior: dict, *, observed_data=None, log_likelihood=None, sample_stats=None):
-    """InferenceData from arrays shaped (chains, draws, ...) (variational / EM results)."""
-    return az.from_dict(
+    """InferenceData from arrays shaped (chains, draws, ...) (variational / EM results).
+
+    ``observed_data`` arrays have no chain/draw dimensions. Raises ValueError when a sampled
+    array has fewer than two dimensions or the groups disagree on (chains, draws).
+    """
+    sampled = {"posterior": posterior, "log_likelihood": log_likelihood, "sample_stats": sample_stats}
+    for group, data in sampled.items():
+        if data is not None:
+            _check_sampled(group, data)
+    leads = {np.shape(v)[:2] for data in sampled.values() if data for v in data.values()}
+    if len(leads) > 1:
+        raise ValueError(f"posterior, log_likelihood and sample_stats disagree on (chains, draws): {sorted(leads)}.")
+    return _from_groups(
         posterior=posterior,
         observed_data=observed_data,
         log_likelihood=log_likelihood,
@@ -76,37 +195,222 @@ def from_draws(posterior: dict, *, observed_data=None, log_likelihood=None, samp
 
 
 def add_posterior_predictive(idata, predictive: dict):
-    """Attach a posterior_predictive group (arrays (chains, draws, ...))."""
-    idata.extend(az.from_dict(posterior_predictive=predictive))
+    """Attach a posterior_predictive group (arrays (chains, draws, ...)), replacing any already
+    there; returns ``idata`` (changed in place)."""
+    _check_sampled("posterior_predictive", predictive)
+    dims, coords = _dims_of_observed(idata, predictive, leading=False)
+    _set_group(idata, "posterior_predictive",
+               _from_groups(posterior_predictive=predictive, coords=coords, dims=dims))
     return idata
 
 
+# ----------------------------------------------------------------------- accessing
 def group_names(idata) -> list[str]:
+    """Names of the groups present: ``posterior``, ``sample_stats``, ``log_likelihood``, ..."""
+    if ARVIZ_1:
+        return [name for name, node in idata.children.items() if node.has_data or node.attrs]
     return list(idata.groups())
 
 
-def summary(idata, var_names=None):
-    """ArviZ summary (mean, sd, hdi, ess_bulk, ess_tail, r_hat) as a pandas DataFrame."""
+def _plain_attr(value):
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+def posterior_attrs(idata) -> dict:
+    """Run metadata on the posterior group, without ArviZ's own bookkeeping (creation time,
+    library versions); values as plain Python str / int / float / lists."""
+    return {
+        key: _plain_attr(value)
+        for key, value in idata.posterior.attrs.items()
+        if key not in _ARVIZ_ATTRS
+    }
+
+
+def _storable(value) -> bool:
+    if isinstance(value, (bool, np.bool_)):
+        return False  # NetCDF has no boolean attributes
+    if isinstance(value, (str, numbers.Real)):
+        return True
+    if isinstance(value, (list, tuple)) and value:
+        kinds = {isinstance(v, str) for v in value}
+        scalars = all(isinstance(v, (str, numbers.Real)) and _storable(v) for v in value)
+        return len(kinds) == 1 and scalars
+    return False
+
+
+def set_posterior_attrs(idata, **attrs):
+    """Store run metadata on the posterior group (saved in the NetCDF file); returns ``idata``.
+
+    Values must be str, int, float or non-empty lists of one of them (no bools, None or dicts:
+    NetCDF cannot store them); anything else raises TypeError before anything is changed.
+    """
+    bad = [key for key, value in attrs.items() if not _storable(value)]
+    if bad:
+        raise TypeError(
+            f"Posterior attributes must be str, int, float or lists of them; "
+            f"got {', '.join(f'{k}={attrs[k]!r}' for k in bad)}."
+        )
+    clash = sorted(set(attrs) & _ARVIZ_ATTRS)
+    if clash:
+        raise ValueError(f"{', '.join(clash)}: reserved by ArviZ.")
+    idata.posterior.attrs.update({k: _plain_attr(v) for k, v in attrs.items()})
+    return idata
+
+
+def posterior_var_names(idata) -> list[str]:
+    """Names of the posterior variables, in stored order."""
+    return [str(name) for name in idata.posterior.data_vars]
+
+
+def posterior_array(idata, name: str) -> np.ndarray:
+    """Posterior draws of ``name`` as a NumPy array shaped (chains, draws, ...)."""
+    if name not in idata.posterior.data_vars:
+        raise KeyError(
+            f"No posterior variable {name!r}; the posterior has {', '.join(posterior_var_names(idata))}."
+        )
+    da = idata.posterior[name]
+    return np.asarray(da.transpose("chain", "draw", ...).values)
+
+
+def drop_posterior_vars(idata, names):
+    """Remove posterior variables (a name or list; names not present are ignored); returns
+    ``idata`` (changed in place). The posterior's attributes are kept."""
+    names = [names] if isinstance(names, str) else list(names)
+    names = [n for n in names if n in idata.posterior.data_vars]
+    if names:
+        if ARVIZ_1:
+            idata["posterior"] = idata["posterior"].to_dataset().drop_vars(names)
+        else:
+            idata.posterior = idata.posterior.drop_vars(names)
+    return idata
+
+
+# ---------------------------------------------------------------------- statistics
+def _var_list(idata, var_names) -> list[str] | None:
+    if var_names is None:
+        return None
+    names = [var_names] if isinstance(var_names, str) else list(var_names)
+    have = set(posterior_var_names(idata))
+    missing = [v for v in names if v not in have]
+    if missing:
+        raise KeyError(
+            f"No posterior variable {', '.join(map(repr, missing))}; the posterior has "
+            f"{', '.join(posterior_var_names(idata))}."
+        )
+    return names
+
+
+def summary(idata, var_names=None) -> pd.DataFrame:
+    """ArviZ summary of the posterior as a pandas DataFrame.
+
+    Columns ``mean, sd, hdi_3%, hdi_97%, ess_bulk, ess_tail, r_hat`` (those ArviZ computes;
+    94% HDI), rows ``name`` / ``name[i, j]``, rounded as ArviZ 0.2x displays them (3 decimals,
+    r_hat 2, ESS whole numbers). ``var_names``: a name or list of names (default: all).
+    """
+    names = _var_list(idata, var_names)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # r_hat of constant (EM) draws
-        table = az.summary(idata, var_names=var_names, hdi_prob=0.94)
-    return table[[c for c in _SUMMARY_COLUMNS if c in table.columns]]
+        warnings.simplefilter("ignore", UserWarning)
+        if ARVIZ_1:
+            table = az.summary(idata, var_names=names, ci_prob=0.94, ci_kind="hdi", round_to="none")
+            table = pd.DataFrame(table).rename(columns=_SUMMARY_RENAMES_1X)
+        else:
+            table = az.summary(idata, var_names=names, hdi_prob=0.94, round_to="none")
+    table = pd.DataFrame(table[[c for c in _SUMMARY_COLUMNS if c in table.columns]]).astype(float)
+    table.index = [str(i) for i in table.index]
+    return table.round({c: d for c, d in _SUMMARY_DECIMALS.items() if c in table.columns})
+
+
+def loo(idata, var_name: str | None = None) -> dict | None:
+    """PSIS-LOO from the pointwise log-likelihood: ``{"elpd_loo", "se", "p_loo", "max_pareto_k",
+    "n_data_points"}``, or None when ``idata`` has no log_likelihood group.
+
+    ``var_name`` picks the log-likelihood variable; needed only when there are several
+    (ValueError otherwise). Needs at least 30 draws in all (ValueError otherwise; point fits
+    have one). Pareto k above 0.7 means the estimate is unreliable.
+    """
+    if "log_likelihood" not in group_names(idata):
+        return None
+    names = [str(n) for n in idata.log_likelihood.data_vars]
+    if not names:
+        return None
+    if var_name is None:
+        if len(names) > 1:
+            raise ValueError(f"Several log-likelihoods ({', '.join(names)}); pass var_name.")
+        var_name = names[0]
+    elif var_name not in names:
+        raise KeyError(f"No log-likelihood {var_name!r}; there are {', '.join(names)}.")
+    sizes = idata.log_likelihood[var_name].sizes
+    n_draws = sizes.get("chain", 1) * sizes.get("draw", 1)
+    if n_draws < _LOO_MIN_DRAWS:
+        # 1.x's Pareto fit fails on fewer; 0.2x answers with k = inf or an IndexError.
+        raise ValueError(
+            f"PSIS-LOO needs at least {_LOO_MIN_DRAWS} draws (chains x draws); got {n_draws}."
+        )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # large Pareto k: reported in the result
+        warnings.simplefilter("ignore", RuntimeWarning)
+        result = az.loo(idata, pointwise=True, var_name=var_name)
+    if ARVIZ_1:
+        elpd, p = result.elpd, result.p
+    else:
+        elpd, p = result["elpd_loo"], result["p_loo"]
+    k = np.asarray(result["pareto_k"] if not ARVIZ_1 else result.pareto_k)
+    return {
+        "elpd_loo": float(elpd),
+        "se": float(result["se"] if not ARVIZ_1 else result.se),
+        "p_loo": float(p),
+        "max_pareto_k": float(np.nanmax(k)),
+        "n_data_points": int(k.size),
+    }
+
+
+# --------------------------------------------------------------------------- files
+def _netcdf_encoding(ds) -> dict:
+    """zlib for numeric variables, as ArviZ 0.2x's ``to_netcdf(compress=True)``."""
+    return {
+        name: {"zlib": True}
+        for name, var in ds.variables.items()
+        if np.issubdtype(var.dtype, np.number) or var.dtype == np.bool_
+    }
 
 
 def save(idata, path: str) -> None:
-    """Write NetCDF atomically (temporary file, then rename)."""
-    atomic_write(path, idata.to_netcdf)
+    """Write NetCDF (HDF5) atomically (temporary file, then rename)."""
+    if ARVIZ_1:
+        encoding = {node.path: _netcdf_encoding(node.dataset) for node in idata.subtree if node.has_data}
+
+        def write(tmp):
+            idata.to_netcdf(tmp, engine="h5netcdf", encoding=encoding)
+    else:
+
+        def write(tmp):
+            idata.to_netcdf(tmp, engine="h5netcdf")
+
+    atomic_write(path, write)
 
 
 def load(path: str):
-    return az.from_netcdf(path)
+    """Read a file written by :func:`save` (either ArviZ line), fully into memory; the file is
+    closed on return."""
+    if ARVIZ_1:
+        return xr.load_datatree(path, engine="h5netcdf")
+    with az.rc_context({"data.load": "eager"}):
+        return az.from_netcdf(path, engine="h5netcdf")
 
 
+# --------------------------------------------------------------------------- plots
 def _savefig(fig, path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # tight_layout on crowded grids
         fig.tight_layout()  # ArviZ's grids otherwise let titles run into tick labels
-    atomic_savefig(fig, path, dpi=90, bbox_inches="tight")
+        atomic_savefig(fig, path, dpi=90, bbox_inches="tight")
     plt.close(fig)
 
 
@@ -114,22 +418,53 @@ def _figure_of(axes):
     return np.ravel(np.asarray(axes))[0].figure
 
 
+def _figure_of_collection(plot_collection):
+    """The matplotlib Figure of an arviz-plots PlotCollection (bare, or in a 0-d DataArray)."""
+    fig = plot_collection.get_viz("figure")
+    fig = getattr(fig, "values", fig)
+    return fig.item() if isinstance(fig, np.ndarray) else fig
+
+
 def plot_trace(idata, path: str, var_names=None, coords=None) -> None:
+    """Trace plot (marginal density and draws per chain, one row per variable) saved as PNG."""
+    names = _var_list(idata, var_names)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        axes = az.plot_trace(idata, var_names=var_names, coords=coords, compact=True)
-    _savefig(_figure_of(axes), path)
+        if ARVIZ_1:
+            fig = _figure_of_collection(az.plot_trace_dist(
+                idata, var_names=names, coords=coords, compact=True, backend="matplotlib"
+            ))
+        else:
+            fig = _figure_of(az.plot_trace(idata, var_names=names, coords=coords, compact=True))
+    _savefig(fig, path)
 
 
 def plot_rank(idata, path: str, var_names=None, coords=None) -> None:
+    """Rank plot (chains' rank distributions; uniform when they mix) saved as PNG."""
+    names = _var_list(idata, var_names)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        axes = az.plot_rank(idata, var_names=var_names, coords=coords)
-    _savefig(_figure_of(axes), path)
+        if ARVIZ_1:
+            fig = _figure_of_collection(
+                az.plot_rank(idata, var_names=names, coords=coords, backend="matplotlib")
+            )
+        else:
+            fig = _figure_of(az.plot_rank(idata, var_names=names, coords=coords))
+    _savefig(fig, path)
 
 
 def plot_ppc(idata, path: str, var_names=None, num_pp_samples=100) -> None:
+    """Posterior predictive check (densities of replicated vs observed data) saved as PNG."""
+    if "posterior_predictive" not in group_names(idata):
+        raise ValueError("plot_ppc needs a posterior_predictive group; see add_posterior_predictive.")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        axes = az.plot_ppc(idata, var_names=var_names, num_pp_samples=num_pp_samples)
-    _savefig(_figure_of(axes), path)
+        if ARVIZ_1:
+            n_draws = idata.posterior_predictive.sizes["chain"] * idata.posterior_predictive.sizes["draw"]
+            fig = _figure_of_collection(az.plot_ppc_dist(
+                idata, var_names=var_names, kind="kde", num_samples=min(num_pp_samples, n_draws),
+                backend="matplotlib",
+            ))
+        else:
+            fig = _figure_of(az.plot_ppc(idata, var_names=var_names, num_pp_samples=num_pp_samples))
+    _savefig(fig, path)
