@@ -163,13 +163,15 @@ def shift_step(key, values, obs, priors):
     return {"z": z + c, "mu": mu - W @ c}
 
 
-def shear_step(key, values, obs, priors):
+def shear_step(key, values, obs, priors, pairs=None):
+    """Exact draws of c along each shear (k, l) in turn (all ordered pairs by default)."""
     W, z = values["W"], values["z"]
     D, K = W.shape
     N = z.shape[0]
     mW, sW = prior_params(priors["W"], (D, K), "loc", "scale")
     mz, sz = prior_params(priors["z"], (N, K), "loc", "scale")
-    pairs = [(k, l) for k in range(K) for l in range(K) if k != l]
+    if pairs is None:
+        pairs = [(k, l) for k in range(K) for l in range(K) if k != l]
     eps = jax.random.normal(key, (len(pairs),), dtype=W.dtype)
     for (k, l), e in zip(pairs, eps):
         # A = I + c e_k e_lᵀ: W[:, l] += c W[:, k] and z[:, k] -= c z[:, l]; det A = 1.
@@ -231,12 +233,43 @@ def shear_move() -> Move:
     )
 
 
+def shear_pair_move(k: int = 0, l: int = 1) -> Move:
+    """The shear along one pair (k, l) alone, with its orbit declared: W_l + t W_k, z_k - t z_l
+    (determinant 1, so no Jacobian). For checking the draw of c against its exact target
+    (:func:`~latentzoo.inference.checks.check_move_on_orbit`); the table uses :func:`shear_move`."""
+
+    def orbit(values, t):
+        W, z = values["W"], values["z"]
+        t = jnp.reshape(t, ())
+        return {"W": W.at[:, l].add(t * W[:, k]), "z": z.at[:, k].add(-t * z[:, l])}
+
+    def coordinate(reference, values):
+        return (values["W"][0, l] - reference["W"][0, l]) / reference["W"][0, k]
+
+    return Move(
+        f"shear ({k}, {l})", ("W", "z"), {"W": NORMAL, "z": NORMAL, "X": NORMAL},
+        lambda key, v, o, p: shear_step(key, v, o, p, pairs=[(k, l)]),
+        orbit=orbit, coordinate=coordinate,
+    )
+
+
+def shift_orbit(values, t):
+    """The shift group's action: z_n + t, mu - W t (t of shape (K,))."""
+    return {"z": values["z"] + t, "mu": values["mu"] - values["W"] @ t}
+
+
+def shift_coordinate(reference, values):
+    return values["z"][0] - reference["z"][0]
+
+
 def shift_move() -> Move:
     return Move(
         "shift interweaving (z_n + c, mu - W c)",
         ("z", "mu"),
         {"z": NORMAL, "mu": NORMAL, "X": NORMAL},
         shift_step,
+        orbit=shift_orbit,
+        coordinate=shift_coordinate,
     )
 
 

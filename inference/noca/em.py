@@ -87,6 +87,7 @@ __all__ = [
     "fit_noca",
     "THETA_MIN",
     "THETA_MAX",
+    "solve_decreasing",
 ]
 
 THETA_MIN, THETA_MAX = 1e-8, 50.0
@@ -159,7 +160,7 @@ def q_update(q, lam, theta, theta0, rows, cols, num_steps: int = 2):
 
 
 # ----------------------------------------------------------------------------- M-step
-def _solve_decreasing(fn, t0, lo, hi, num_iter: int = 30):
+def solve_decreasing(fn, t0, lo, hi, num_iter: int = 30):
     """Root of g(t) (strictly decreasing) in [lo, hi] for every element at once: Newton from t0,
     bisection whenever Newton leaves the current bracket; an endpoint when there is no sign change.
     ``fn(t) -> (g, dg/dt)``."""
@@ -199,7 +200,7 @@ def theta_update(theta, theta0, lam, q, X, rows, cols, num_iter: int = 30):
         a = th0_p[:, None] + th.T[cols] / qs
         return seg(jnp.where(q > 0, q * lam_p * log1mexp(a), 0.0)) - A * th
 
-    t = _solve_decreasing(fn, jnp.log(jnp.clip(theta, THETA_MIN, THETA_MAX)), np.log(THETA_MIN), np.log(THETA_MAX), num_iter)
+    t = solve_decreasing(fn, jnp.log(jnp.clip(theta, THETA_MIN, THETA_MAX)), np.log(THETA_MIN), np.log(THETA_MAX), num_iter)
     new = jnp.clip(jnp.exp(t), THETA_MIN, THETA_MAX)
     return jnp.where(objective(new) >= objective(theta), new, theta)
 
@@ -224,7 +225,7 @@ def theta0_update(theta, theta0, lam, q, X, rows, cols, num_iter: int = 30):
     def objective(th0):
         return seg(positive_terms(q, lam_p, th_p, th0[cols]).sum(1)) - N0 * th0
 
-    t = _solve_decreasing(fn, jnp.log(jnp.clip(theta0, THETA_MIN, THETA_MAX)), np.log(THETA_MIN), np.log(THETA_MAX), num_iter)
+    t = solve_decreasing(fn, jnp.log(jnp.clip(theta0, THETA_MIN, THETA_MAX)), np.log(THETA_MIN), np.log(THETA_MAX), num_iter)
     new = jnp.clip(jnp.exp(t), THETA_MIN, THETA_MAX)
     return jnp.where(objective(new) >= objective(theta0), new, theta0)
 
@@ -337,7 +338,7 @@ def _exact_m_step(theta, theta0, c1, c0, sweeps: int = 2, solver_iters: int = 20
             dg = -(b * c1 * (f1 + f1 * f1)).sum(0) * v
             return g, dg
 
-        t = _solve_decreasing(
+        t = solve_decreasing(
             fn, jnp.log(jnp.clip(V[i], THETA_MIN, THETA_MAX)), np.log(THETA_MIN), np.log(THETA_MAX), solver_iters
         )
         new = jnp.clip(jnp.exp(t), THETA_MIN, THETA_MAX)
