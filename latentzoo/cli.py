@@ -229,7 +229,7 @@ def _cmd_diagnose(args) -> int:
         raise ValueError(f"{path} does not exist; run `latentzoo run ... --out {args.run_dir}` first.")
     try:
         idata = azx.load(path)
-        attrs = dict(idata.posterior.attrs)
+        attrs = azx.posterior_attrs(idata)
     except Exception as err:
         raise ValueError(f"{path} is not a readable InferenceData file ({type(err).__name__}).") from None
     family = families().get(attrs.get("latentzoo_model"))

@@ -65,10 +65,8 @@ def mcmc_idata(mcmc, *, log_likelihood: dict | None = None, drop=()):
     """InferenceData of a finished MCMC (NumPyro's observed data and sample stats); posterior
     sites in ``drop`` (large per-row latents, rotation-ambiguous factors) left out."""
     idata = azx.from_mcmc(mcmc, log_likelihood=log_likelihood)
-    keep = [v for v in idata.posterior.data_vars if v in drop]
-    if keep:
-        idata.posterior = idata.posterior.drop_vars(keep)
-    return idata
+    present = [v for v in azx.posterior_var_names(idata) if v in drop]
+    return azx.drop_posterior_vars(idata, present) if present else idata
 
 
 def point_idata(estimates: dict, objective, *, observed: dict, log_likelihood: dict | None = None):
@@ -153,8 +151,8 @@ def write_run(out: str, idata, *, family, method, seconds: float, data_name: str
     from latentzoo.results import atomic_write_text, staged_run_dir
 
     title = f"{family.name} / {method.name} on {data_name}"
-    idata.posterior.attrs.update(
-        latentzoo_model=family.name, latentzoo_method=method.name, latentzoo_data=data_name,
+    azx.set_posterior_attrs(
+        idata, latentzoo_model=family.name, latentzoo_method=method.name, latentzoo_data=data_name,
         latentzoo_seconds=float(seconds),
     )
     table = summarise(idata, family.identified)
@@ -162,7 +160,8 @@ def write_run(out: str, idata, *, family, method, seconds: float, data_name: str
         azx.save(idata, os.path.join(stage, "posterior.nc"))
         atomic_write_text(os.path.join(stage, "summary.csv"), table.to_csv())
         trace = os.path.join(stage, "trace.png")
-        if is_point_fit(idata) and "objective" in getattr(idata, "sample_stats", {}):
+        if is_point_fit(idata) and "sample_stats" in azx.group_names(idata) \
+                and "objective" in idata.sample_stats.data_vars:
             _plot_objective(idata, trace, title)
         else:
             sites = [s for s in family.trace_sites if s in idata.posterior.data_vars]

@@ -28,7 +28,7 @@ def test_list_shows_the_zoo(capsys):
 def test_run_fa_quick_writes_the_three_files(fa_run):
     assert sorted(os.listdir(fa_run)) == ["posterior.nc", "summary.csv", "trace.png"]
     idata = azx.load(str(fa_run / "posterior.nc"))
-    assert {"posterior", "sample_stats", "log_likelihood", "observed_data"} <= set(idata.groups())
+    assert {"posterior", "sample_stats", "log_likelihood", "observed_data"} <= set(azx.group_names(idata))
     assert idata.posterior["cov"].shape == (4, 1000, 20, 20)
     assert "lp" in idata.sample_stats
     assert idata.log_likelihood["X"].shape == (4, 1000, 500)
