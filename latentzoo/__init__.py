@@ -7,9 +7,21 @@ digits in float32, and the Geweke / SBC tests are sensitive enough to notice. Ev
 subpackage (``latentzoo.models``, ``latentzoo.inference``) imports this module first.
 """
 
+import os
+
 import jax
 
 jax.config.update("jax_enable_x64", True)
+
+# One namespace over three folders: installed, ``latentzoo.models`` and ``latentzoo.inference``
+# live inside this package. Imported from a source checkout (the repository root as the working
+# directory puts this folder first on sys.path, ahead of an installed copy), they are the sibling
+# folders ``models/`` and ``inference/``: add the root to the package's search path so they resolve.
+_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if os.path.isfile(os.path.join(_root, "pyproject.toml")) and all(
+    os.path.isfile(os.path.join(_root, sub, "__init__.py")) for sub in ("models", "inference")
+) and not os.path.isdir(os.path.join(os.path.dirname(os.path.abspath(__file__)), "models")):
+    __path__.append(_root)  # noqa: F821 (a package's own __path__)
 
 __version__ = "0.1.0"
 
