@@ -1,6 +1,139 @@
+import os
+import tempfile
+import time
 import warnings
 
-import latentzoo  # noqa: F401  (float64 before any test builds arrays)
+import pytest
+
+# JAX's persistent compilation cache, for the whole test session. Most of the suite's time is XLA
+# compiling the same Gibbs / NUTS / SBC programs, and the thousands of single-primitive programs
+# that eager code (simulate, kernel.init) compiles one by one, on every run; with the cache a later
+# run (a fresh CI venv too: the folder is the user's, not the venv's) loads them instead. The key
+# is the program itself (without source locations), the jaxlib version, the platform and the XLA
+# flags, so a changed kernel, a jax upgrade or other flags compile afresh rather than reuse a stale
+# entry. Both xdist workers share the folder, and identical programs in different tests (the prior
+# draws of the Geweke tests of one model, say) hit it within one run as well.
+#
+# Set through the environment, before JAX is imported, so that the interpreters some tests start
+# (the CLI's console script, the four-device run) use the same cache. A JAX_COMPILATION_CACHE_DIR
+# already set wins (point it elsewhere, or set JAX_ENABLE_COMPILATION_CACHE=false to compile
+# everything afresh).
+_CACHE_HOME = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+_JAX_CACHE = {
+    "JAX_COMPILATION_CACHE_DIR": os.path.join(_CACHE_HOME, "latentzoo", "jax"),
+    # Every program, however quick to compile: loading an entry takes ~10 ms where compiling even
+    # a one-primitive program takes 20-50 ms, and those are most of the suite's compilations
+    # (measured: a warm run of test_gibbs_builder.py takes half as long with 0 as with 0.5 s).
+    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+    # No size floor either (-1 also stops JAX choosing one per file system): entries are a few KB
+    # to a few MB, a few thousand files in all.
+    "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1",
+}
+for _name, _value in _JAX_CACHE.items():
+    os.environ.setdefault(_name, _value)
+
+import jax  # noqa: E402
+
+import latentzoo  # noqa: E402,F401  (float64 before any test builds arrays)
+
+# In case JAX was imported before this file (by a plugin), apply the same settings explicitly.
+jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
+jax.config.update(
+    "jax_persistent_cache_min_compile_time_secs",
+    float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]),
+)
+jax.config.update(
+    "jax_persistent_cache_min_entry_size_bytes",
+    int(os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"]),
+)
+
+
+def _atomic_cache_writes():
+    """Write each cache entry to a temporary file and rename it into place.
+
+    JAX's file cache (without a size limit, which needs the ``filelock`` package) writes entries
+    in place, so the other xdist worker, compiling the same program at the same moment, can read a
+    half-written file: JAX then warns and compiles again, and a test that turns every warning into
+    an error fails. A rename is atomic, so a reader sees no entry or the whole entry. Left as JAX
+    has it when its internals differ from what this expects.
+    """
+    try:
+        from jax._src import lru_cache
+    except ImportError:
+        return
+    cls, suffix = getattr(lru_cache, "LRUCache", None), getattr(lru_cache, "_CACHE_SUFFIX", None)
+    if cls is None or not isinstance(suffix, str) or not callable(getattr(cls, "put", None)):
+        return
+    original = cls.put
+
+    def put(self, key, value):
+        folder = getattr(self, "path", None)
+        if getattr(self, "eviction_enabled", True) or not key or folder is None \
+                or not os.path.isdir(str(folder)):
+            return original(self, key, value)
+        final = os.path.join(str(folder), f"{key}{suffix}")
+        if os.path.exists(final):
+            return None
+        fd, tmp = tempfile.mkstemp(dir=str(folder), prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(value)
+            os.replace(tmp, final)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+        return None
+
+    cls.put = put
+
+
+def _prune_cache(folder, max_age_days=30):
+    """Drop entries nobody has read or written for a month (old kernels, old jaxlib versions), and
+    temporary files a killed run left, so the folder does not grow without bound."""
+    now = time.time()
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            st = entry.stat()
+            stale = entry.name.startswith(".tmp-") and now - st.st_mtime > 86400
+            stale |= entry.name.endswith("-cache") and now - max(st.st_atime, st.st_mtime) \
+                > max_age_days * 86400
+            if stale and entry.is_file():
+                os.unlink(entry.path)
+        except OSError:
+            pass
+
+
+_atomic_cache_writes()
+if "PYTEST_XDIST_WORKER" not in os.environ:  # once per session, before the workers start
+    _prune_cache(os.environ["JAX_COMPILATION_CACHE_DIR"])
+
+# Modules with a module fixture that several tests share (one CLI run, one MCMC run). Under xdist's
+# "load" distribution (pyproject's addopts) those tests may land on both workers, and each worker
+# would build the fixture (tens of seconds each, compilation mostly). With this scheduler each such
+# module goes to one worker as a whole; every other test is dealt out one at a time, as "load"
+# does. (xdist's own xdist_group marks cannot do this here: under pytest 9 the group never reaches
+# the scheduler.) Other --dist modes are left alone.
+GROUPED_MODULES = ("tests/cli/test_cli.py", "tests/inference/test_mfa_gibbs.py")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedFixtureScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid):
+            module = nodeid.split("::", 1)[0]
+            return module if module in GROUPED_MODULES else nodeid
+
+    return SharedFixtureScheduling(config, log)
+
 
 # ArviZ 0.2x announces its 1.x refactor on import; it is not about this project.
 warnings.filterwarnings("ignore", category=FutureWarning, module="arviz")

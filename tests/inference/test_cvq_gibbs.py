@@ -13,8 +13,8 @@ import pytest
 from numpyro.infer import MCMC
 
 from latentzoo.inference.cvq import gibbs as cvq_gibbs
-from latentzoo.inference.checks import check_conditional, geweke_test, sbc
-from latentzoo.inference.gibbs import ConjugateGibbs
+from latentzoo.inference.checks import check_conditional, geweke_test, sbc, simulate
+from latentzoo.inference.gibbs import ConjugateGibbs, read_model
 from latentzoo.inference.updates import GibbsUpdate
 from latentzoo.models.cvq import cvq
 
@@ -96,18 +96,22 @@ def test_column_scan_draw_for_large_K_leaves_conditional_invariant():
     # conditional, one scan must keep the per-source marginals (checked on a K=13 toy by
     # comparing with the enumerated table's marginals).
     K, N, D = 13, 3, 14
-    key = jax.random.PRNGKey(5)
-    from latentzoo.inference.checks import simulate
-    values, X = simulate(cvq, {"K": K, "N": N, "D": D}, key)
-    from latentzoo.inference.gibbs import read_model
-    priors, obs, _ = read_model(cvq, values, (X,), {"K": K})
-    cond = cvq_gibbs.s_conditional(values, obs, priors)["s"]
-    exact = (jnp.exp(cond.logits) @ cond.states)  # (N, K) marginals
 
-    def one(k):
-        k1, k2 = jax.random.split(k)
-        s0 = cond.sample(k1)
-        return cvq_gibbs.s_draw(k2, {**values, "s": s0}, obs, priors)["s"]
+    # One jitted program: run eagerly, the simulation and the 2^13-state table would compile
+    # each of their primitives on its own.
+    @jax.jit
+    def draws_and_exact(key):
+        values, X = simulate(cvq, {"K": K, "N": N, "D": D}, key)
+        priors, obs, _ = read_model(cvq, values, (X,), {"K": K})
+        cond = cvq_gibbs.s_conditional(values, obs, priors)["s"]
+        exact = jnp.exp(cond.logits) @ cond.states  # (N, K) marginals
 
-    draws = jax.jit(jax.vmap(one))(jax.random.split(key, 4000))
+        def one(k):
+            k1, k2 = jax.random.split(k)
+            s0 = cond.sample(k1)
+            return cvq_gibbs.s_draw(k2, {**values, "s": s0}, obs, priors)["s"]
+
+        return jax.vmap(one)(jax.random.split(key, 4000)), exact
+
+    draws, exact = draws_and_exact(jax.random.PRNGKey(5))
     assert float(jnp.abs(draws.mean(0) - exact).max()) < 0.04  # 4000 draws: s.e. <= 0.008

@@ -1,6 +1,7 @@
 """The conjugacy-aware builder inside NumPyro's drivers: plans, fallback, reuse, chain methods."""
 
 import warnings
+from functools import partial
 
 import arviz as az
 import jax
@@ -67,12 +68,16 @@ def test_vectorized_chains_match_shapes():
 
 
 def test_one_kernel_serves_new_data():
-    kernel = ConjugateGibbs(factor_analysis, fa_gibbs.fa_updates())
+    # One kernel and one compiled run for both data sets, as the CLI runs it: K bound into the
+    # model (it fixes shapes) and the data an argument of the compiled run (jit_model_args), not a
+    # constant baked into it, so the second data set reuses the first one's program. A kernel that
+    # kept the first data set (in its state, its plan or a closure) would leave mu 25 away.
+    kernel = ConjugateGibbs(partial(factor_analysis, K=2), fa_gibbs.fa_updates())
+    mcmc = MCMC(kernel, num_warmup=100, num_samples=100, progress_bar=False, jit_model_args=True)
     means = []
     for seed, shift in ((0, 0.0), (1, 25.0)):
         X = _data(seed) + shift
-        mcmc = MCMC(kernel, num_warmup=100, num_samples=100, progress_bar=False)
-        mcmc.run(jax.random.PRNGKey(seed), X, K=2)
+        mcmc.run(jax.random.PRNGKey(seed), X)
         means.append(mcmc.get_samples()["mu"].mean(0))
         np.testing.assert_allclose(means[-1], X.mean(0), atol=1.0)
 

@@ -209,7 +209,8 @@ def clustered_run():
     z = rng.normal(size=(J * n, K))
     X = centres[labels] + np.einsum("ndk,nk->nd", W[labels], z) + 0.3 * rng.normal(size=(J * n, D))
     X = jnp.asarray(X)
-    init = jax.vmap(lambda k: mg.init_from_data(k, X, J=J, K=K))(
+    # jitted: run eagerly, the vmapped seeding would compile each of its primitives on its own
+    init = jax.jit(jax.vmap(lambda k: mg.init_from_data(k, X, J=J, K=K)))(
         jax.random.split(jax.random.PRNGKey(102))
     )
     mcmc = MCMC(
