@@ -18,6 +18,7 @@ def test_readme_mcmc_snippet_runs_from_the_repository_root(tmp_path):
     code = code.replace("num_warmup=500, num_samples=1000, num_chains=4",
                         "num_warmup=20, num_samples=20, num_chains=2")
     code = "import matplotlib\nmatplotlib.use('Agg')\n" + code
+    code = code.replace('"trace.png"', repr(str(tmp_path / "trace.png")))
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
