@@ -31,12 +31,21 @@ _JAX_CACHE = {
 }
 for _name, _value in _JAX_CACHE.items():
     os.environ.setdefault(_name, _value)
+try:  # a folder that cannot be written would make JAX warn on every compilation: compile instead
+    os.makedirs(os.environ["JAX_COMPILATION_CACHE_DIR"], exist_ok=True)
+    _usable = os.access(os.environ["JAX_COMPILATION_CACHE_DIR"], os.W_OK | os.X_OK)
+except OSError:
+    _usable = False
+if not _usable:
+    os.environ["JAX_ENABLE_COMPILATION_CACHE"] = "false"
 
 import jax  # noqa: E402
 
 import latentzoo  # noqa: E402,F401  (float64 before any test builds arrays)
 
 # In case JAX was imported before this file (by a plugin), apply the same settings explicitly.
+if not _usable:
+    jax.config.update("jax_enable_compilation_cache", False)
 jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
 jax.config.update(
     "jax_persistent_cache_min_compile_time_secs",
