@@ -167,7 +167,7 @@ def _moments(d, shape, positive: bool):
     try:
         mean = jnp.broadcast_to(base.mean, shape)
         var = jnp.broadcast_to(base.variance, shape)
-    except NotImplementedError:
+    except NotImplementedError:  # a swapped-in family without moments (e.g. Cauchy): a neutral start
         return jnp.full(shape, default), jnp.ones(shape)
     ok = jnp.isfinite(mean) & jnp.isfinite(var) & (var > 0) & ((mean > 0) | (not positive))
     return jnp.where(ok, mean, default), jnp.where(ok, var, 1.0)
