@@ -73,6 +73,11 @@ def main(argv=None) -> int:
         if os.environ.get("LATENTZOO_DEBUG"):
             raise
         return fail(str(err))
+    except FloatingPointError as err:  # a fit that diverged: the data, not the program
+        if os.environ.get("LATENTZOO_DEBUG"):
+            raise
+        return fail(f"{str(err).rstrip('.')}; nothing was written. Constant columns or a very large "
+                    "scale are the usual cause: drop them or try --standardize.")
     except KeyboardInterrupt:
         return fail("interrupted; nothing was written")
 
