@@ -72,9 +72,9 @@ def load_array(path: str, *, names=("X",), exts=(".csv", ".txt", ".npy", ".npz")
         raise ValueError(f"Data file {path} must be one of {', '.join(exts)}.")
     try:
         if ext == ".npy":
-            return np.load(path, allow_pickle=False)
+            return _np_load(path)
         if ext == ".npz":
-            with np.load(path, allow_pickle=False) as z:
+            with _np_load(path) as z:
                 have = list(z.keys())
                 if len(names) == 1 and names[0] not in have and len(have) == 1:
                     return z[have[0]]
@@ -90,6 +90,18 @@ def load_array(path: str, *, names=("X",), exts=(".csv", ".txt", ".npy", ".npz")
         raise
     except Exception as err:  # corrupt binary files raise many different things
         raise ValueError(f"Data file {path} could not be read ({type(err).__name__}).") from None
+
+
+def _np_load(path: str):
+    """``np.load`` without pickles; NumPy's own ValueErrors (a corrupt file reads as "pickled
+    data", a wrong magic string as a format error) become one sentence naming the file."""
+    try:
+        return np.load(path, allow_pickle=False)
+    except ValueError:
+        raise ValueError(
+            f"Data file {path} could not be read as a NumPy array of numbers (corrupt, or it "
+            "holds Python objects)."
+        ) from None
 
 
 def load_matrix(path: str) -> np.ndarray:
