@@ -67,7 +67,11 @@ TESTS = {
         "tests/inference/test_mfa_gibbs.py",
         "tests/inference/test_online_fa.py",
     ],
-    "inference/cvq/gibbs.py": ["tests/inference/test_update_checks.py", "tests/inference/test_cvq_gibbs.py"],
+    "inference/cvq/gibbs.py": [
+        "tests/inference/test_mutation_gaps_cvq.py",
+        "tests/inference/test_update_checks.py",
+        "tests/inference/test_cvq_gibbs.py",
+    ],
     "inference/mfa/gibbs.py": [
         "tests/inference/test_update_checks.py",
         "tests/inference/test_mfa_gibbs.py",
@@ -139,6 +143,20 @@ FOCUS = {
         "thesis_sga_step", "sga_batch_step", "em_batch_step", "em_finalize", "_factor_map",
     ],
     "inference/noca/bound.py": None,  # every function
+}
+
+# Survivors judged equivalent (no input the code can receive changes behaviour), with the reason;
+# they are left out of the score's denominator. Key: (module, function, original line, mutated
+# line), both lines stripped, so a verdict survives unrelated edits that move the line.
+EQUIVALENT = {
+    ("inference/fa/gibbs.py", "scale_step",
+     "accept = jnp.log(jax.random.uniform(k_acc, (K,))) < log_alpha",
+     "accept = (jnp.log(jax.random.uniform(k_acc, (K,))) <= log_alpha)"):
+        "u is a continuous uniform draw: log u == log alpha has probability 0",
+    ("inference/fa/online_kernels.py", "em_batch_step",
+     "cols = new if lo == 0 else cols.at[:, lo:].set(new)",
+     "cols = new if lo == (1) else cols.at[:, lo:].set(new)"):
+        "lo = n_full * block is 0 or a multiple of block > 1, never 1; for lo == 0 both branches give new",
 }
 
 CORE = [
@@ -425,19 +443,39 @@ def check_resolves(py, copy_dir):
         raise SystemExit(f"imports do not resolve to the copy {copy_dir}: {bad}")
 
 
-def env_for(copy_dir):
+def env_for(copy_dir, jax_cache=None):
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # a same-size mutant in the same second must not hit a stale .pyc
     env.setdefault("JAX_PLATFORMS", "cpu")
+    if jax_cache:  # tests/conftest.py keeps a JAX_COMPILATION_CACHE_DIR that is already set
+        env["JAX_COMPILATION_CACHE_DIR"] = jax_cache
     return env
 
 
-def run_tests(py, copy_dir, tests, timeout):
+def private_cache(work):
+    """A copy of the test suite's JAX compilation cache (tests/conftest.py) for this run.
+
+    The unmutated programs of a mutant's tests (the model, the other updates, the harness) load
+    from it instead of compiling, which cuts a run several-fold; the mutated programs are written
+    to the copy only, so the user's cache does not fill with programs that exist nowhere else.
+    Removed with the rest of the work folder.
+    """
+    home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    src = os.environ.get("JAX_COMPILATION_CACHE_DIR") or os.path.join(home, "latentzoo", "jax")
+    dst = os.path.join(work, "jax-cache")
+    if os.path.isdir(src):
+        shutil.copytree(src, dst)
+    else:
+        os.makedirs(dst)
+    return dst
+
+
+def run_tests(py, copy_dir, tests, timeout, jax_cache=None):
     t0 = time.monotonic()
     try:
         p = subprocess.run(
-            [py, *PYTEST, *tests], cwd=copy_dir, env=env_for(copy_dir), capture_output=True,
+            [py, *PYTEST, *tests], cwd=copy_dir, env=env_for(copy_dir, jax_cache), capture_output=True,
             text=True, timeout=timeout, start_new_session=True,
         )
     except subprocess.TimeoutExpired as e:
@@ -468,6 +506,23 @@ def default_modules(repo, rev):
     return mods
 
 
+def _ident(rec):
+    """A mutant's identity across runs: where and what, not the line number (edits move it)."""
+    return (rec["module"], rec["function"], rec["operator"], rec["original"].strip(), rec["mutated"].strip())
+
+
+def survivors_of(path):
+    """module -> identities of the mutants that survived in a results file (equivalents excluded)."""
+    with open(path) as f:
+        old = json.load(f)
+    out = {}
+    for mod, e in old["modules"].items():
+        for m in e.get("mutants", []):
+            if m["result"] == "survived" and not m.get("equivalent"):
+                out.setdefault(mod, set()).add(_ident(m))
+    return out
+
+
 def main(argv=None):
     here = os.path.dirname(os.path.abspath(__file__))
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -481,12 +536,32 @@ def main(argv=None):
     ap.add_argument("--timeout", type=float, help="seconds per mutant (default: 2 x baseline + 60)")
     ap.add_argument("--venv", help="reuse (or create) this venv instead of a temporary one")
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--merge", action="store_true",
+                    help="merge into the --json file: replace the modules measured now, keep the others")
+    ap.add_argument("--rerun-survivors", metavar="JSON",
+                    help="run only the mutants that survived in this results file (after adding tests); "
+                         "with --merge their new outcomes replace the old ones in the --json file")
+    ap.add_argument("--merge-from", nargs="+", metavar="JSON",
+                    help="run nothing: merge these results files (of parallel runs) into the --json file")
+    ap.add_argument("--no-cache", action="store_true",
+                    help="compile everything afresh instead of starting from a copy of the tests' JAX cache")
     ap.add_argument("--list", action="store_true", help="only list the selected mutants")
     args = ap.parse_args(argv)
+    if (args.merge or args.merge_from) and not args.json:
+        ap.error("--merge and --merge-from need --json")
+    if args.merge_from:
+        merged = None
+        for path in args.merge_from:
+            with open(path) as f:
+                merged = merge(args.json, json.load(f))
+            _write(args.json, merged)
+        print_table(merged)
+        return 0
 
     repo = os.path.abspath(args.repo)
     rev = run(["git", "-C", repo, "rev-parse", "HEAD"]).stdout.strip()  # fixed: HEAD may move meanwhile
-    modules = args.modules or default_modules(repo, rev)
+    wanted = survivors_of(args.rerun_survivors) if args.rerun_survivors else None
+    modules = args.modules or (sorted(wanted) if wanted is not None else default_modules(repo, rev))
     max_m = None if args.max_mutants == 0 else args.max_mutants
     plan = {}
     for mod in modules:
@@ -497,7 +572,17 @@ def main(argv=None):
             print(f"{mod}: no tests mapped (add it to TESTS or pass --tests); skipped", flush=True)
             continue
         allm = generate_mutants(repo, mod, rev)
-        plan[mod] = (tests, len(allm), select(allm, mod, max_m, args.only_functions, args.seed))
+        if wanted is not None:
+            ids = wanted.get(mod, set())
+            chosen = [m for m in allm if _ident(asdict(m)) in ids]
+            missing = len(ids) - len({_ident(asdict(m)) for m in chosen})
+            if missing:
+                print(f"{mod}: {missing} survivor(s) no longer generated (the code changed); not rerun", flush=True)
+            if not chosen:
+                continue
+        else:
+            chosen = select(allm, mod, max_m, args.only_functions, args.seed)
+        plan[mod] = (tests, len(allm), chosen)
     if args.list:
         for mod, (tests, n, ms) in plan.items():
             print(f"== {mod}: {len(ms)} of {n} mutants; tests {' '.join(tests)}")
@@ -509,12 +594,17 @@ def main(argv=None):
     work = tempfile.mkdtemp(prefix="mutation-")
     venv = os.path.abspath(args.venv) if args.venv else os.path.join(work, "venv")
     copy_dir = None
-    results = {"repo_head": rev,
-               "seed": args.seed, "max_mutants": args.max_mutants,
-               "only_functions": args.only_functions,
-               "max_test_files": args.max_test_files, "modules": {}}
+    settings = {"repo_head": rev, "seed": args.seed, "max_mutants": args.max_mutants,
+                "only_functions": args.only_functions, "max_test_files": args.max_test_files}
+    results = {"rerun": args.rerun_survivors is not None, "modules": {}}
+
+    def save():
+        if args.json:
+            _write(args.json, merge(args.json, results) if args.merge else results)
+
     try:
         copy_dir = make_copy(repo, work, venv, rev)
+        jax_cache = None if args.no_cache else private_cache(work)
         py = os.path.join(venv, "bin", "python")
         check_resolves(py, copy_dir)
         baselines = {}
@@ -523,10 +613,11 @@ def main(argv=None):
             original = open(target, encoding="utf-8").read()
             key = tuple(tests)  # modules mapped to the same tests share one baseline run
             if key not in baselines:
-                baselines[key] = run_tests(py, copy_dir, tests, timeout=None)
+                baselines[key] = run_tests(py, copy_dir, tests, None, jax_cache)
             status, base_t, tail = baselines[key]
             print(f"== {mod}: baseline {status} in {base_t:.0f}s; {len(mutants)} of {n_all} mutants", flush=True)
-            entry = {"tests": tests, "candidates": n_all, "baseline_seconds": round(base_t, 1), "mutants": []}
+            entry = {"tests": tests, "candidates": n_all, "baseline_seconds": round(base_t, 1),
+                     "run": dict(settings), "mutants": []}
             results["modules"][mod] = entry
             if status != "passed":
                 entry["baseline_failed"] = tail
@@ -537,58 +628,114 @@ def main(argv=None):
                 try:
                     with open(target, "w", encoding="utf-8") as f:
                         f.write(m.source)
-                    outcome, secs, tail = run_tests(py, copy_dir, tests, timeout)
+                    outcome, secs, tail = run_tests(py, copy_dir, tests, timeout, jax_cache)
                 finally:
                     with open(target, "w", encoding="utf-8") as f:
                         f.write(original)
                 verdict = {"failed": "killed", "timeout": "timeout", "passed": "survived"}[outcome]
                 rec = {k: v for k, v in asdict(m).items() if k != "source"}
-                rec.update(result=verdict, seconds=round(secs, 1))
+                rec.update(result=verdict, seconds=round(secs, 1), repo_head=rev)
                 entry["mutants"].append(rec)
                 print(f"   {verdict:8s} {secs:5.0f}s  {m.key()}", flush=True)
-            _summarise(entry)
-            if args.json:
-                _write(args.json, results)
+            summarise(entry)
+            save()
     finally:
         if copy_dir:
             subprocess.run(["git", "-C", repo, "worktree", "remove", "--force", copy_dir], capture_output=True)
         shutil.rmtree(work, ignore_errors=True)
-    if args.json:
-        _write(args.json, results)
-    print_table(results)
+    save()
+    print_table(merge(args.json, results) if args.merge else results)
     return 0
 
 
-def _summarise(entry):
+def summarise(entry):
+    """Counts and score of a module entry; survivors listed in EQUIVALENT are marked and left out
+    of the denominator (score = killed (timeouts included) / non-equivalent mutants)."""
     ms = entry["mutants"]
+    for m in ms:
+        m.pop("equivalent", None)
+        reason = EQUIVALENT.get(_ident(m)[:2] + _ident(m)[3:])
+        if m["result"] == "survived" and reason:
+            m["equivalent"] = reason
     k = sum(m["result"] == "killed" for m in ms)
     t = sum(m["result"] == "timeout" for m in ms)
     s = sum(m["result"] == "survived" for m in ms)
-    entry.update(n=len(ms), killed=k, timed_out=t, survived=s,
-                 score=round((k + t) / len(ms), 3) if ms else None)
+    eq = sum(bool(m.get("equivalent")) for m in ms)
+    entry.update(n=len(ms), killed=k, timed_out=t, survived=s, equivalent=eq,
+                 score=round((k + t) / (len(ms) - eq), 3) if len(ms) > eq else None)
+    return entry
+
+
+def merge(path, results):
+    """The results file at ``path`` with the modules of ``results`` (one run's) in it.
+
+    A full run replaces a module's entry. A rerun of survivors (``results["rerun"]``) replaces
+    only the rerun mutants' records (the old outcome is kept as ``was``) and recounts the module; the module keeps its
+    original run settings and lists the commits of its reruns.
+    """
+    try:
+        with open(path) as f:
+            old = json.load(f)
+    except FileNotFoundError:
+        old = {"modules": {}}
+    out = copy.deepcopy(old)
+    out.pop("rerun", None)
+    out.setdefault("modules", {})
+    for mod, new in results["modules"].items():
+        prev = out["modules"].get(mod)
+        if not results.get("rerun") or prev is None or "mutants" not in prev:
+            out["modules"][mod] = new
+            continue
+        if "baseline_failed" in new:  # nothing was rerun: keep the old outcomes
+            continue
+        fresh = {_ident(m): m for m in new["mutants"]}
+        for i, m in enumerate(prev["mutants"]):
+            if _ident(m) in fresh:
+                rec = dict(fresh[_ident(m)])
+                rec["was"] = m["result"]
+                prev["mutants"][i] = rec
+        heads = prev.setdefault("reruns", [])
+        if new["run"]["repo_head"] not in heads:
+            heads.append(new["run"]["repo_head"])
+        prev["rerun_tests"] = new["tests"]
+        prev.pop("to_remeasure", None)
+        summarise(prev)
+    for e in out["modules"].values():  # verdicts added to EQUIVALENT since a module was measured
+        if "mutants" in e and "n" in e:
+            summarise(e)
+    return out
 
 
 def _write(path, results):
+    """Write atomically: a killed run must not leave half a results file."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as f:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
         json.dump(results, f, indent=1)
         f.write("\n")
+    os.replace(tmp, path)
 
 
 def print_table(results):
     rows = [(mod, e) for mod, e in results["modules"].items() if "n" in e]
-    print(f"\n{'module':34s} {'mutants':>7s} {'killed':>6s} {'survived':>8s} {'timeout':>7s} {'score':>6s}")
+    print(f"\n{'module':34s} {'mutants':>7s} {'killed':>6s} {'equiv':>5s} {'survived':>8s} {'timeout':>7s} "
+          f"{'score':>6s}")
     for mod, e in rows:
-        print(f"{mod:34s} {e['n']:7d} {e['killed']:6d} {e['survived']:8d} {e['timed_out']:7d} {e['score']:6.2f}")
-    tot = sum(e["n"] for _, e in rows)
+        score = "-" if e["score"] is None else f"{e['score']:.2f}"
+        flag = "  (to re-measure)" if e.get("to_remeasure") else ""
+        print(f"{mod:34s} {e['n']:7d} {e['killed']:6d} {e.get('equivalent', 0):5d} {e['survived']:8d} "
+              f"{e['timed_out']:7d} {score:>6s}{flag}")
+    tot = sum(e["n"] - e.get("equivalent", 0) for _, e in rows)
     if tot:
         dead = sum(e["killed"] + e["timed_out"] for _, e in rows)
-        print(f"{'total':34s} {tot:7d} {'':6s} {tot - dead:8d} {'':7s} {dead / tot:6.2f}")
+        print(f"{'total (equivalents excluded)':34s} {tot:7d} {dead:6d} {'':5s} {tot - dead:8d} {'':7s} "
+              f"{dead / tot:6.2f}")
     surv = [(mod, m) for mod, e in rows for m in e["mutants"] if m["result"] == "survived"]
     if surv:
         print("\nsurviving mutants:")
         for mod, m in surv:
-            print(f"  {mod}:{m['line']} [{m['function']}] {m['operator']}\n"
+            eq = f"  [equivalent: {m['equivalent']}]" if m.get("equivalent") else ""
+            print(f"  {mod}:{m['line']} [{m['function']}] {m['operator']}{eq}\n"
                   f"    - {m['original'].strip()}\n    + {m['mutated'].strip()}")
 
 
