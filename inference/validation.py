@@ -10,7 +10,15 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["check_K", "check_matrix", "check_labelled", "check_images"]
+__all__ = ["check_K", "check_matrix", "check_labelled", "check_images", "check_scale", "MAX_ABS_VALUE",
+           "MIN_ABS_SCALE"]
+
+# The models square the data (second moments, residual sums of squares, noise variances) and
+# sum those over rows and columns. With |x| <= 1e100 a square is at most 1e200, so such sums stay
+# far below float64's overflow (1.8e308) for any array that fits in memory; the smallest
+# non-zero scale is the mirror image, so that squares do not underflow to zero.
+MAX_ABS_VALUE = 1e100
+MIN_ABS_SCALE = 1e-100
 
 
 def _as_float(X, name):
@@ -28,6 +36,38 @@ def _check_finite(X, name):
         raise ValueError(f"{name} contains {n_bad} NaN or infinite value(s).")
 
 
+def _max_abs(X, chunk_elems: int = 1 << 20) -> float:
+    """max |x| without a full-size temporary (chunks of rows; a 1-D array is one row)."""
+    X2 = X.reshape(1, -1) if X.ndim < 2 else X.reshape(X.shape[0], -1)
+    if X2.size == 0:
+        return 0.0
+    rows = max(1, chunk_elems // max(X2.shape[1], 1))
+    top = 0.0
+    for i in range(0, X2.shape[0], rows):
+        block = X2[i : i + rows]
+        top = max(top, float(block.max()), -float(block.min()))
+    return top
+
+
+def check_scale(X, name: str = "the data") -> None:
+    """Refuse finite data whose scale would overflow (or underflow) float64 second moments:
+    largest |value| above :data:`MAX_ABS_VALUE` (1e100), or non-zero but below
+    :data:`MIN_ABS_SCALE` (1e-100). One ValueError sentence naming the value and the remedy."""
+    top = _max_abs(np.asarray(X))
+    if top > MAX_ABS_VALUE:
+        raise ValueError(
+            f"{name} has values as large as {top:.3g} in magnitude: their second moments would "
+            f"overflow float64 (the limit is {MAX_ABS_VALUE:.0e}); rescale the data (e.g. divide it "
+            f"by {10.0 ** np.floor(np.log10(top)):.0e}) or standardise its columns first."
+        )
+    if 0.0 < top < MIN_ABS_SCALE:
+        raise ValueError(
+            f"{name} has no value larger than {top:.3g} in magnitude: its second moments would "
+            f"underflow float64 (the limit is {MIN_ABS_SCALE:.0e}); rescale the data (e.g. "
+            f"multiply it by {10.0 ** -np.floor(np.log10(top)):.0e}) or standardise its columns first."
+        )
+
+
 def check_K(K, D: int, what: str = "K") -> int:
     """K an integer with 1 <= K < D."""
     if isinstance(K, bool) or not isinstance(K, (int, np.integer)):
@@ -40,13 +80,15 @@ def check_K(K, D: int, what: str = "K") -> int:
 
 
 def check_matrix(X, *, K=None, binary: bool = False, name: str = "the data") -> np.ndarray:
-    """An (N, D) real (or 0/1, ``binary=True``) matrix with N >= 2, finite; K in 1..D-1 if given."""
+    """An (N, D) real (or 0/1, ``binary=True``) matrix with N >= 2, finite, on a scale whose
+    second moments float64 holds (:func:`check_scale`); K in 1..D-1 if given."""
     X = _as_float(X, name)
     if X.ndim != 2:
         raise ValueError(f"{name} must be a 2-D matrix (rows = observations), got shape {X.shape}.")
     if X.shape[0] < 2:
         raise ValueError(f"{name} has {X.shape[0]} row(s); at least 2 are needed.")
     _check_finite(X, name)
+    check_scale(X, name)
     if K is not None:
         check_K(K, X.shape[1])
     if binary and not np.all((X == 0) | (X == 1)):
@@ -74,4 +116,5 @@ def check_images(X, *, name: str = "the images") -> np.ndarray:
     if min(X.shape) < 1:
         raise ValueError(f"{name} has an empty axis (shape {X.shape}).")
     _check_finite(X, name)
+    check_scale(X, name)
     return X

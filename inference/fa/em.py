@@ -77,6 +77,7 @@ from latentzoo.inference.fa.vb import (
     fa_recipe,
     orthonormal_loadings,
     sq_resid,
+    start_variances,
     z_moments,
 )
 
@@ -181,12 +182,13 @@ def em_objective_terms(params, X, pri: FAPriors) -> dict:
 
 def em_init(rng_key, X, pri: FAPriors, *, K: int, **_) -> dict:
     """Start (thesis Alg. 2 / sec. 4.3): W with orthonormal columns scaled to the data, mu the data
-    mean, psi = 2 / var(x_d) (half the variance as noise), q(z) at the prior's N(0, I) shape."""
+    mean, psi = 2 / var(x_d) (half the variance as noise; a constant column's variance floored by
+    :func:`~latentzoo.inference.fa.vb.start_variances`), q(z) at the prior's N(0, I) shape."""
     N = X.shape[0]
     return {
         "W_loc": orthonormal_loadings(rng_key, X, K),
         "mu_loc": X.mean(0),
-        "psi_loc": 2.0 / X.var(0),
+        "psi_loc": 2.0 / start_variances(X),
         "z_loc": jnp.zeros((N, K)),
         "z_scale_tril": jnp.eye(K),
     }

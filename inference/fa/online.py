@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 
 from latentzoo.inference.fa import online_kernels as kern
+from latentzoo.inference.validation import check_scale
 
 __all__ = ["OnlineFactorAnalysis", "aligned_empty"]
 
@@ -252,7 +253,8 @@ class OnlineFactorAnalysis:
             raise ValueError(f"kappa must lie in (0, 1], got {self.kappa!r}.")
 
     def _validate(self, X, *, first: bool) -> np.ndarray:
-        """Single place for input checks: numeric, 1-D row or 2-D, finite, right width."""
+        """Single place for input checks: numeric, 1-D row or 2-D, finite, on a scale whose
+        squares float64 holds (:func:`~latentzoo.inference.validation.check_scale`), right width."""
         try:
             arr = np.asarray(X)
         except Exception as exc:  # ragged nested lists etc.
@@ -267,6 +269,7 @@ class OnlineFactorAnalysis:
             raise ValueError(f"X must have at least one row and one column, got shape {arr.shape}.")
         if not _all_finite(arr):
             raise ValueError("X contains NaN or infinity.")
+        check_scale(arr, "X")  # every chunk: a later one may be the first on an absurd scale
         if first:
             self._check_params(arr.shape[1])
         elif arr.shape[1] != self.n_features_in_:

@@ -364,6 +364,21 @@ def em_init(F0: Array) -> EMState:
     )
 
 
+def noise_floor(d2: Array, mean_d2: Array, psi_floor: float) -> Array:
+    """Lower bound on the noise variances psi (D,): ``psi_floor * max(d2_d, psi_floor * s)``.
+
+    ``d2`` (D,) are the features' variances and ``mean_d2 = s`` their mean, the data's scale. A
+    feature that varies gets ``psi_floor`` times its own variance; a constant one (``d2_d = 0``:
+    a pixel that is always 0, or a column constant over the first batches of a stream) gets
+    ``psi_floor**2 * s``, tiny but relative to the data, so that ``1/psi`` stays finite and its
+    zero loading stays zero (with a floor of 0 the E-step computes 0 * inf = NaN). A bound of
+    ``tiny / eps`` (1e-292 in float64) remains when every feature is constant.
+    """
+    info = jnp.finfo(d2.dtype)
+    rel = psi_floor * jnp.maximum(d2, psi_floor * mean_d2)
+    return jnp.maximum(rel, info.tiny / info.eps)
+
+
 def _factor_map(H: Array, expansion: bool) -> Array:
     """T(H) with F = A T(H): ``H^-1`` for the EM M-step, ``L^-T`` (H = L L^T) for PX-EM."""
     if not expansion:
@@ -437,24 +452,28 @@ def em_batch_step(
 
     # ---- pass 1: the E-step's reductions over D, with F = A T and T = T(H) (K,K):
     # D_b Psi^-1 F = (D_b Psi^-1 A) T and F^T Psi^-1 F = T^T (A^T Psi^-1 A) T.
+    # It also sums d2 and the batch's squared deviations over features: the new mean of d2 (the
+    # data's scale, for the noise floor) is then known before pass 2 updates d2 block by block.
     def reduce_block(Xk, C_k):
-        At, _, mean_k, _, psi_k, _ = _split_cols(C_k, K)
+        At, _, mean_k, d2_k, psi_k, _ = _split_cols(C_k, K)
         _, Dr = centred(Xk, mean_k)
-        return _dot_nt(Dr / psi_k, At), _dot_nt(At / psi_k, At)
+        return _dot_nt(Dr / psi_k, At), _dot_nt(At / psi_k, At), jnp.sum(d2_k), jnp.sum(Dr * Dr)
+
+    def add(acc, part):
+        return tuple(a + p for a, p in zip(acc, part))
 
     def pass1(i, acc):
         lo = i * block
         Xk = lax.dynamic_slice_in_dim(X, lo, block, axis=1)
-        dM, dG = reduce_block(Xk, lax.dynamic_slice_in_dim(state.cols, lo, block, axis=1))
-        return acc[0] + dM, acc[1] + dG
+        return add(acc, reduce_block(Xk, lax.dynamic_slice_in_dim(state.cols, lo, block, axis=1)))
 
-    acc = (jnp.zeros((X.shape[0], K), dtype), jnp.zeros((K, K), dtype))
+    zero = jnp.zeros((), dtype)
+    acc = (jnp.zeros((X.shape[0], K), dtype), jnp.zeros((K, K), dtype), zero, zero)
     if n_full:
         acc = lax.fori_loop(0, n_full, pass1, acc)
     if tail:
         lo = n_full * block
-        dM, dG = reduce_block(X[:, lo:], state.cols[:, lo:])
-        acc = (acc[0] + dM, acc[1] + dG)
+        acc = add(acc, reduce_block(X[:, lo:], state.cols[:, lo:]))
     T_old = _factor_map(state.H, expansion)
     M_raw = acc[0] @ T_old
     G = T_old.T @ acc[1] @ T_old
@@ -475,6 +494,9 @@ def em_batch_step(
     gamma = jnp.where(learn, jnp.minimum(gamma, 1.0), 0.0).astype(dtype)
     B = state.B + gamma * (sB - state.B)
     H = jnp.where(learn, Sigma + B, state.H)
+    # mean over features of the updated d2 (d2 + gamma (sd2 - d2) is linear in d2)
+    mean_d2_old, mean_sd2 = acc[2] / D, acc[3] / (D * safe_nb)
+    mean_d2 = mean_d2_old + gamma * (mean_sd2 - mean_d2_old)
     T_new = _factor_map(H, expansion)  # F_new = A_new T_new (PX-EM: L^-T, see docstring)
 
     avg = learn & (n > averaging_start) & (nb > 0)
@@ -499,7 +521,7 @@ def em_batch_step(
         Ft = Tt @ At_new  # F^T = T^T A^T
         # diag(A H^-1 A^T), eq. 4.35: = rowsum(F * A) for F = A H^-1, rowsum(F^2) for A L^-T
         psi_new = d2 - jnp.sum(Ft * (Ft if expansion else At_new), axis=0)
-        psi_new = jnp.maximum(psi_new, psi_floor * jnp.maximum(d2, jnp.finfo(dtype).tiny))
+        psi_new = jnp.maximum(psi_new, noise_floor(d2, mean_d2, psi_floor))
         return _pack_cols(
             At_new,
             A_avg_t + w * (sAt - A_avg_t),
@@ -537,7 +559,7 @@ def em_finalize(state: EMState, psi_floor: float, expansion: bool = False) -> tu
     F_avg = state.A_avg @ _factor_map(H, expansion)
     # diag(A H^-1 A^T): rowsum(F^2) for F = A L^-T, rowsum(F * A) for F = A H^-1
     psi_avg = var - jnp.sum(F_avg * (F_avg if expansion else state.A_avg), axis=1)
-    psi_avg = jnp.maximum(psi_avg, psi_floor * jnp.maximum(var, jnp.finfo(dtype).tiny))
+    psi_avg = jnp.maximum(psi_avg, noise_floor(var, jnp.mean(var), psi_floor))
     F_run = state.A @ _factor_map(state.H, expansion)
     return jnp.where(use, F_avg, F_run), jnp.where(use, psi_avg, state.psi)
 

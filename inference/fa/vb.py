@@ -104,6 +104,7 @@ __all__ = [
     "FAVariational",
     "read_fa_priors",
     "validate_fa_data",
+    "start_variances",
     "fa_recipe",
     "cavi_guide",
     "cavi_elbo",
@@ -225,6 +226,16 @@ def sq_resid(X, m, Sz_sum, W, mu, S_W=None, v_mu=None):
     if v_mu is not None:
         extra = extra + X.shape[0] * v_mu
     return point, extra
+
+
+def start_variances(X, rel: float = 1e-6):
+    """Column variances (D,) for starting the noise: each floored at ``rel`` times their mean (the
+    data's scale), and 1 where every column is constant. A constant column (a pixel that is always
+    0) has variance 0, and a start of psi = 2/var or a rate of var/2 would be infinite or zero;
+    its noise then starts tiny relative to the data and the updates take it from there."""
+    var = X.var(0)
+    scale = var.mean()
+    return jnp.where(scale > 0, jnp.maximum(var, rel * scale), 1.0)
 
 
 def orthonormal_loadings(key, X, K):
@@ -387,9 +398,10 @@ def cavi_elbo_terms(params, X, pri: FAPriors) -> dict:
 def cavi_init(rng_key, X, pri: FAPriors, *, K: int, **_) -> dict:
     """Start: q(z) = the prior's N(0, I)-shaped Gaussian at 0 (the first sweep updates z first, from
     W), W_loc with orthonormal columns (thesis sec. 4.3), small W covariances, mu at the data mean,
-    and q(psi) with the posterior's shape and mean 2/var(x_d) (half the variance as noise)."""
+    and q(psi) with the posterior's shape and mean 2/var(x_d) (half the variance as noise; a constant
+    column's variance floored by :func:`start_variances`)."""
     N, D = X.shape
-    var = X.var(0)
+    var = start_variances(X)
     alpha = pri.psi_a + 0.5 * N
     sd = jnp.sqrt(var.mean())
     return {
