@@ -184,7 +184,7 @@ def test_diagnose_on_a_plain_netcdf_without_model(tmp_path, capsys):
     assert "a" in capsys.readouterr().out
 
 
-def test_constant_column_that_breaks_em_is_one_sentence(tmp_path, capsys):
+def test_constant_column_em_fit_is_finite(tmp_path, capsys):
     rng = np.random.default_rng(0)
     X = rng.normal(size=(60, 5))
     X[:, 2] = 0.0  # a constant pixel, as in scikit-learn's digits
@@ -192,7 +192,6 @@ def test_constant_column_that_breaks_em_is_one_sentence(tmp_path, capsys):
     out = tmp_path / "o"
     code = main(["run", "fa", "--method", "em", "--K", "1", "--data", str(tmp_path / "x.npy"),
                  "--no-progress", "--out", str(out)])
-    err = capsys.readouterr().err.strip()
-    # EM's psi start is 2 / var(x_d): infinite for a constant column, the ELBO NaN at sweep 1
-    assert code == 2 and "nothing was written" in err and "\n" not in err
-    assert not out.exists()
+    # EM's psi start was 2 / var(x_d): infinite for a constant column, the ELBO NaN at sweep 1
+    assert code == 0, capsys.readouterr().err
+    assert (out / "posterior.nc").exists()

@@ -288,3 +288,18 @@ def test_api_validators_raise_value_error_sentences():
             call()
         msg = str(info.value)
         assert phrase.lower() in msg.lower() and "\n" not in msg, msg
+
+
+def test_a_fit_that_diverges_is_one_sentence(tmp_path, capsys, monkeypatch):
+    """A runner that hits a non-finite objective (FloatingPointError) ends in one sentence."""
+    from latentzoo.registry import REGISTRY, Method, get_family
+
+    fam = get_family("fa")
+
+    def diverge(data, cfg):
+        raise FloatingPointError("The ELBO became NaN at sweep 1.")
+
+    monkeypatch.setitem(REGISTRY, "fa", fam._replace(methods=(Method("em", diverge, kind="point"),)))
+    out = tmp_path / "out"
+    code = main(["run", "fa", "--method", "em", "--no-progress", "--out", str(out)])
+    _assert_user_error(code, capsys, "nothing was written", out, tmp_path)
