@@ -20,6 +20,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display; set before pyplot is imported
 
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.collections import LineCollection  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
@@ -40,6 +41,10 @@ __all__ = [
     "plot_trace",
     "plot_rank",
     "plot_ppc",
+    "plot_predictive_columns",
+    "plot_loo_pit",
+    "loo_pit",
+    "run_title",
     "add_posterior_predictive",
     "group_names",
     "posterior_attrs",
@@ -327,14 +332,8 @@ def summary(idata, var_names=None) -> pd.DataFrame:
     return table.round({c: d for c, d in _SUMMARY_DECIMALS.items() if c in table.columns})
 
 
-def loo(idata, var_name: str | None = None) -> dict | None:
-    """PSIS-LOO from the pointwise log-likelihood: ``{"elpd_loo", "se", "p_loo", "max_pareto_k",
-    "n_data_points"}``, or None when ``idata`` has no log_likelihood group.
-
-    ``var_name`` picks the log-likelihood variable; needed only when there are several
-    (ValueError otherwise). Needs at least 30 draws in all (ValueError otherwise; point fits
-    have one). Pareto k above 0.7 means the estimate is unreliable.
-    """
+def _log_likelihood_name(idata, var_name):
+    """The log-likelihood variable to use (the only one when ``var_name`` is None), or None."""
     if "log_likelihood" not in group_names(idata):
         return None
     names = [str(n) for n in idata.log_likelihood.data_vars]
@@ -343,9 +342,24 @@ def loo(idata, var_name: str | None = None) -> dict | None:
     if var_name is None:
         if len(names) > 1:
             raise ValueError(f"Several log-likelihoods ({', '.join(names)}); pass var_name.")
-        var_name = names[0]
-    elif var_name not in names:
+        return names[0]
+    if var_name not in names:
         raise KeyError(f"No log-likelihood {var_name!r}; there are {', '.join(names)}.")
+    return var_name
+
+
+def loo(idata, var_name: str | None = None, *, pointwise: bool = False) -> dict | None:
+    """PSIS-LOO from the pointwise log-likelihood: ``{"elpd_loo", "se", "p_loo", "max_pareto_k",
+    "n_data_points"}`` (with ``pointwise``, also ``"pareto_k"``: the Pareto k of each data point,
+    a flat array), or None when ``idata`` has no log_likelihood group.
+
+    ``var_name`` picks the log-likelihood variable; needed only when there are several
+    (ValueError otherwise). Needs at least 30 draws in all (ValueError otherwise; point fits
+    have one). Pareto k above 0.7 means the estimate is unreliable.
+    """
+    var_name = _log_likelihood_name(idata, var_name)
+    if var_name is None:
+        return None
     sizes = idata.log_likelihood[var_name].sizes
     n_draws = sizes.get("chain", 1) * sizes.get("draw", 1)
     if n_draws < _LOO_MIN_DRAWS:
@@ -362,13 +376,83 @@ def loo(idata, var_name: str | None = None) -> dict | None:
     else:
         elpd, p = result["elpd_loo"], result["p_loo"]
     k = np.asarray(result["pareto_k"] if not ARVIZ_1 else result.pareto_k)
-    return {
+    out = {
         "elpd_loo": float(elpd),
         "se": float(result["se"] if not ARVIZ_1 else result.se),
         "p_loo": float(p),
         "max_pareto_k": float(np.nanmax(k)),
         "n_data_points": int(k.size),
     }
+    if pointwise:
+        out["pareto_k"] = np.ravel(k).astype(float)
+    return out
+
+
+def loo_pit(idata, var_name: str = "X", *, seed: int = 0) -> np.ndarray:
+    """LOO-PIT values P(x_rep_i <= x_i | x_-i), shaped like the observed ``var_name``, by ArviZ's
+    ``loo_pit`` with PSIS weights from the pointwise log-likelihood.
+
+    ``idata`` needs observed_data, log_likelihood and a posterior_predictive group whose draw
+    (c, d) was simulated from posterior draw (c, d) (the weights are per draw). The
+    log-likelihood may be per observation or per row (its axes the observed array's first
+    ones, e.g. (N,) for (N, D) data with one term per row): each value of a row then gets that
+    row's leave-one-out weights. At least 30 draws (ValueError otherwise).
+    """
+    for group in ("observed_data", "posterior_predictive"):
+        if group not in group_names(idata) or var_name not in getattr(idata, group).data_vars:
+            raise ValueError(f"loo_pit needs {var_name!r} in the {group} group.")
+    if _log_likelihood_name(idata, var_name) is None:
+        raise ValueError(f"loo_pit needs a pointwise log-likelihood {var_name!r}.")
+    obs = np.asarray(idata.observed_data[var_name])
+    ll = np.asarray(idata.log_likelihood[var_name].transpose("chain", "draw", ...).values)
+    pp = np.asarray(idata.posterior_predictive[var_name].transpose("chain", "draw", ...).values)
+    if pp.shape[:2] != ll.shape[:2] or pp.shape[2:] != obs.shape:
+        raise ValueError(
+            f"loo_pit needs replicates shaped (chains, draws) + {obs.shape} on the log-likelihood's "
+            f"draws {ll.shape[:2]}; got {pp.shape}."
+        )
+    event = ll.shape[2:]
+    if obs.shape[: len(event)] != event:
+        raise ValueError(f"The log-likelihood's axes {event} are not the leading axes of the data {obs.shape}.")
+    n_draws = ll.shape[0] * ll.shape[1]
+    if n_draws < _LOO_MIN_DRAWS:
+        raise ValueError(f"LOO-PIT needs at least {_LOO_MIN_DRAWS} draws (chains x draws); got {n_draws}.")
+    extra = (1,) * (obs.ndim - len(event))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # large Pareto k: LOO reports it
+        warnings.simplefilter("ignore", RuntimeWarning)
+        if ARVIZ_1:
+            ratios = xr.DataArray(-ll.reshape(n_draws, -1), dims=("draw", "point"))
+            lw, k = ratios.azstats.psislw(dim="draw", r_eff=1.0)
+            lw = np.asarray(lw.transpose("point", "draw").values).reshape(*event, *extra, n_draws)
+            k = np.asarray(k.values).reshape(*event, *extra)
+            dims = ("chain", "draw", *(f"pit_dim_{i}" for i in range(obs.ndim)))
+            # 1.x reads the number of draws (and an r_eff it does not need once the weights are
+            # given) from a posterior group: i.i.d. placeholder draws, r_eff = 1 as above.
+            placeholder = np.random.default_rng(seed).normal(size=ll.shape[:2])
+            tree = az.from_dict({
+                "posterior": {"draws": placeholder},
+                "posterior_predictive": {var_name: pp},
+                "log_likelihood": {var_name: np.broadcast_to(ll.reshape(*ll.shape, *extra), pp.shape)},
+                "observed_data": {var_name: obs},
+            }, dims={var_name: list(dims[2:])})
+            weights = np.moveaxis(np.broadcast_to(lw, (*obs.shape, n_draws)), -1, 0)
+            weights = xr.DataArray(weights.reshape(ll.shape[0], ll.shape[1], *obs.shape), dims=dims)
+            k = xr.DataArray(np.broadcast_to(k, obs.shape), dims=dims[2:])
+            pit = az.loo_pit(tree, var_names=var_name, log_weights=xr.Dataset({var_name: weights}),
+                             pareto_k=xr.Dataset({var_name: k}), random_state=seed)
+            return np.asarray(pit[var_name].values).reshape(obs.shape)
+        lw, _ = az.psislw(-ll.reshape(n_draws, -1).T, reff=1.0)
+        lw = np.broadcast_to(np.asarray(lw).reshape(*event, *extra, n_draws), (*obs.shape, n_draws))
+        y_hat = np.moveaxis(pp.reshape(n_draws, *obs.shape), 0, -1)
+        upper = np.asarray(az.loo_pit(y=obs, y_hat=y_hat, log_weights=lw)).reshape(obs.shape)
+        if not np.all(obs == np.round(obs)):
+            return upper
+        # Integer data: 0.2x returns P(x_rep <= x); 1.x (and the PIT's uniformity) needs ties
+        # spread uniformly, P(x_rep < x) + u P(x_rep = x).
+        lower = np.asarray(az.loo_pit(y=obs - 0.5, y_hat=y_hat, log_weights=lw)).reshape(obs.shape)
+        u = np.random.default_rng(seed).random(obs.shape)
+        return lower + u * (upper - lower)
 
 
 # --------------------------------------------------------------------------- files
@@ -425,17 +509,44 @@ def _figure_of_collection(plot_collection):
     return fig.item() if isinstance(fig, np.ndarray) else fig
 
 
-def plot_trace(idata, path: str, var_names=None, coords=None) -> None:
-    """Trace plot (marginal density and draws per chain, one row per variable) saved as PNG."""
+def run_title(idata) -> str | None:
+    """"model / method on data" from the run metadata on the posterior (as ``latentzoo run``
+    stores it), or None when there is none."""
+    if "posterior" not in group_names(idata):
+        return None
+    attrs = posterior_attrs(idata)
+    model, method = attrs.get("latentzoo_model"), attrs.get("latentzoo_method")
+    if model is None and method is None:
+        return None
+    title = f"{model or '?'} / {method or '?'}"
+    return f"{title} on {attrs['latentzoo_data']}" if "latentzoo_data" in attrs else title
+
+
+def _suptitle(fig, title):
+    if title:
+        fig.suptitle(title)
+
+
+def plot_trace(idata, path: str, var_names=None, coords=None, title: str | None = None) -> None:
+    """Trace plot (marginal density and draws per chain, one row per variable) saved as PNG,
+    with a legend of the chains (when there are several) and a title: ``title``, else
+    "model / method on data" from the run metadata (:func:`run_title`)."""
     names = _var_list(idata, var_names)
+    title = title or run_title(idata)
+    chains = idata.posterior.sizes.get("chain", 1) > 1
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         if ARVIZ_1:
-            fig = _figure_of_collection(az.plot_trace_dist(
+            collection = az.plot_trace_dist(
                 idata, var_names=names, coords=coords, compact=True, backend="matplotlib"
-            ))
+            )
+            if chains:
+                collection.add_legend("chain")
+            fig = _figure_of_collection(collection)
         else:
-            fig = _figure_of(az.plot_trace(idata, var_names=names, coords=coords, compact=True))
+            fig = _figure_of(az.plot_trace(idata, var_names=names, coords=coords, compact=True,
+                                           legend=chains))
+    _suptitle(fig, title)
     _savefig(fig, path)
 
 
@@ -453,10 +564,26 @@ def plot_rank(idata, path: str, var_names=None, coords=None) -> None:
     _savefig(fig, path)
 
 
-def plot_ppc(idata, path: str, var_names=None, num_pp_samples=100) -> None:
-    """Posterior predictive check (densities of replicated vs observed data) saved as PNG."""
+def plot_ppc(idata, path: str, var_names=None, num_pp_samples=100, title: str | None = None) -> None:
+    """Posterior predictive check saved as PNG: for data with several columns ((N, D) or an
+    image stack), one panel per column (:func:`plot_predictive_columns`: the first 16); else
+    ArviZ's density of replicated vs observed data. Titled ``title``, else "model / method on
+    data" from the run metadata (:func:`run_title`)."""
     if "posterior_predictive" not in group_names(idata):
         raise ValueError("plot_ppc needs a posterior_predictive group; see add_posterior_predictive.")
+    names = [var_names] if isinstance(var_names, str) else var_names
+    if names is None:
+        names = [str(n) for n in idata.posterior_predictive.data_vars]
+    title = title or run_title(idata)
+    if len(names) == 1 and "observed_data" in group_names(idata) \
+            and names[0] in idata.observed_data.data_vars:
+        observed = np.asarray(idata.observed_data[names[0]])
+        if observed.ndim >= 2 and np.prod(observed.shape[1:]) > 1:
+            replicated = idata.posterior_predictive[names[0]].transpose("chain", "draw", ...).values
+            replicated = np.asarray(replicated).reshape(-1, *observed.shape)
+            plot_predictive_columns(observed, replicated, path, num_samples=num_pp_samples,
+                                    title=title)
+            return
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         if ARVIZ_1:
@@ -467,4 +594,104 @@ def plot_ppc(idata, path: str, var_names=None, num_pp_samples=100) -> None:
             ))
         else:
             fig = _figure_of(az.plot_ppc(idata, var_names=var_names, num_pp_samples=num_pp_samples))
+    _suptitle(fig, title)
+    _savefig(fig, path)
+
+
+def _smoothed_density(x, edges):
+    """Gaussian kernel density of ``x`` on the bins ``edges`` (Scott's bandwidth), by smoothing
+    a fine histogram: O(len(x) + bins) per curve, for the dozens of curves of a PPC grid."""
+    width = edges[1] - edges[0]
+    counts, _ = np.histogram(x, bins=edges)
+    sd = np.std(x)
+    h = 1.06 * sd * x.size ** -0.2 if sd > 0 else width
+    sigma = max(h / width, 0.5)
+    half = int(min(4 * sigma, (counts.size - 1) // 2))  # a kernel no wider than the grid
+    kernel = np.exp(-0.5 * (np.arange(-half, half + 1) / sigma) ** 2)
+    smooth = np.convolve(counts, kernel / kernel.sum(), mode="same")
+    return smooth / (x.size * width)
+
+
+def plot_predictive_columns(observed, replicated, path: str, *, columns=None, max_columns: int = 16,
+                            num_samples: int = 50, title: str | None = None, annotations=None,
+                            label: str = "replicated") -> None:
+    """Predictive check per column, saved as PNG: one panel per column (a grid of up to
+    ``max_columns``), not one density pooled over all columns.
+
+    ``observed`` (N, ...) and ``replicated`` (S, N, ...) (posterior or prior predictive data sets);
+    image stacks count one column per pixel. ``columns``: which columns, in order (default the
+    first ``max_columns``). Real-valued columns show the observed column's density over the
+    densities of up to ``num_samples`` replicated ones; 0/1 data show the histogram of the
+    replicated column frequencies with the observed frequency as a line. ``annotations``:
+    optional ``{column: text}`` added under a panel's title (e.g. its p-values).
+    """
+    observed = np.asarray(observed, dtype=float)
+    replicated = np.asarray(replicated, dtype=float)
+    if replicated.shape[1:] != observed.shape:
+        raise ValueError(f"Replicated data shaped {replicated.shape[1:]}, observed {observed.shape}.")
+    obs = observed.reshape(observed.shape[0], -1)
+    rep = replicated.reshape(replicated.shape[0], *obs.shape)
+    num = obs.shape[1]
+    columns = list(range(min(max_columns, num))) if columns is None else list(columns)[:max_columns]
+    if not columns or min(columns) < 0 or max(columns) >= num:
+        raise ValueError(f"Columns must be between 0 and {num - 1}, got {columns}.")
+    binary = bool(np.all((obs == 0) | (obs == 1)))
+    pick = np.linspace(0, rep.shape[0] - 1, min(num_samples, rep.shape[0])).round().astype(int)
+    ncols = min(4, len(columns))
+    nrows = -(-len(columns) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.2 * ncols, 2.4 * nrows + 0.6), squeeze=False)
+    for ax in axes.ravel()[len(columns):]:
+        ax.set_visible(False)
+    for ax, c in zip(axes.ravel(), columns):
+        if binary:
+            freq = rep[:, :, c].mean(1)
+            ax.hist(freq, bins=20, color="C0", alpha=0.6, label=f"{label} frequency")
+            ax.axvline(obs[:, c].mean(), color="k", lw=2, label="observed frequency")
+            ax.set_xlabel("frequency of 1")
+        else:
+            pooled = rep[pick][:, :, c]
+            lo = min(obs[:, c].min(), np.quantile(pooled, 0.005))
+            hi = max(obs[:, c].max(), np.quantile(pooled, 0.995))
+            if not hi > lo:
+                lo, hi = lo - 0.5, hi + 0.5
+            edges = np.linspace(lo, hi, 201)
+            mids = 0.5 * (edges[1:] + edges[:-1])
+            # one LineCollection per panel: dozens of separate lines make layout and saving slow
+            curves = [np.column_stack([mids, _smoothed_density(rep[s, :, c], edges)]) for s in pick]
+            ax.add_collection(LineCollection(curves, colors="C0", alpha=0.15, lw=0.8, label=label))
+            ax.plot(mids, _smoothed_density(obs[:, c], edges), color="k", lw=1.6, label="observed")
+            ax.autoscale_view()
+        text = f"column {c}"
+        if annotations and c in annotations:
+            text += f"\n{annotations[c]}"
+        ax.set_title(text, fontsize=9)
+        ax.tick_params(labelsize=7)
+    axes.ravel()[0].legend(fontsize=7, loc="best")
+    _suptitle(fig, title)
+    _savefig(fig, path)
+
+
+def plot_loo_pit(pit, path: str, title: str | None = None) -> None:
+    """LOO-PIT values (:func:`loo_pit`) saved as PNG: their ECDF minus the uniform CDF, with the
+    pointwise 95% band of independent uniform values, and their histogram. A calibrated model
+    stays inside the band; a U shape in the histogram (ECDF dipping then rising) means
+    predictions too narrow, a hump too wide, a slope a shift."""
+    u = np.sort(np.ravel(np.asarray(pit, dtype=float)))
+    u = u[np.isfinite(u)]
+    if u.size == 0:
+        raise ValueError("plot_loo_pit needs at least one finite LOO-PIT value.")
+    grid = np.linspace(0.0, 1.0, 201)
+    ecdf = np.searchsorted(u, grid, side="right") / u.size
+    band = 1.96 * np.sqrt(grid * (1 - grid) / u.size)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4))
+    left.fill_between(grid, -band, band, color="0.85", label="95% band (uniform)")
+    left.plot(grid, ecdf - grid, color="C0", label="LOO-PIT ECDF - uniform")
+    left.axhline(0.0, color="k", lw=0.6)
+    left.set_xlabel("u")
+    left.legend(fontsize=7)
+    right.hist(u, bins=20, range=(0, 1), density=True, color="C0", alpha=0.7)
+    right.axhline(1.0, color="k", lw=0.8)
+    right.set_xlabel("LOO-PIT value")
+    right.set_ylabel("density")
+    _suptitle(fig, title)
     _savefig(fig, path)

@@ -140,6 +140,9 @@ class Family(NamedTuple):
         default_K: latent dimension when ``--K`` is not given.
         docs: the docs page of the family (relative to ``docs/``).
         checks: what the conformance tests run (:class:`FamilyChecks`), or None.
+        test_statistics: the predictive checks' test statistics ``{name: T}``, each a plain
+            function ``T(X (..., N, D)) -> array (...)`` or ``(..., m)``; None: the defaults of
+            the data kind (:data:`latentzoo.predictive_checks.DEFAULT_STATISTICS`).
     """
 
     name: str
@@ -155,6 +158,7 @@ class Family(NamedTuple):
     default_K: int = 3
     docs: str = ""
     checks: FamilyChecks | None = None
+    test_statistics: Mapping[str, Callable] | None = None
 
     def method(self, name: str | None) -> Method:
         """The method called ``name`` (None: the default); ValueError naming the choices."""

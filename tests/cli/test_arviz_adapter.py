@@ -332,3 +332,131 @@ def test_from_mcmc_names_custom_log_likelihood_and_replicates_like_the_observati
     assert _is_png(tmp_path / "ppc.png")
     assert azx.loo(idata)["n_data_points"] == 20
 
+
+
+# ------------------------------------------------- titles, per-column PPC grid, LOO-PIT
+@pytest.fixture
+def saved_figures(monkeypatch):
+    """The figures the adapter saves (their text checked before they are closed)."""
+    seen = []
+    original = azx._savefig
+
+    def keep(fig, path):
+        texts = [t.get_text() for ax in fig.axes for t in [ax.title]]
+        legends = [t.get_text() for ax in fig.axes if ax.get_legend()
+                   for t in ax.get_legend().get_texts()]
+        legends += [t.get_text() for leg in fig.legends for t in leg.get_texts()]
+        seen.append({"suptitle": fig._suptitle.get_text() if fig._suptitle else None,
+                     "titles": texts, "legend": legends, "panels": sum(ax.get_visible() for ax in fig.axes)})
+        original(fig, path)
+
+    monkeypatch.setattr(azx, "_savefig", keep)
+    return seen
+
+
+def test_trace_plot_has_the_run_title_and_a_chain_legend(idata, tmp_path, saved_figures):
+    azx.set_posterior_attrs(idata, latentzoo_model="toy", latentzoo_method="gibbs",
+                            latentzoo_data="default data")
+    assert azx.run_title(idata) == "toy / gibbs on default data"
+    azx.plot_trace(idata, str(tmp_path / "trace.png"), var_names=["sigma", "mu"])
+    fig = saved_figures[-1]
+    assert fig["suptitle"] == "toy / gibbs on default data"
+    assert {"0", "1"} <= set(fig["legend"])  # one entry per chain
+    azx.plot_trace(idata, str(tmp_path / "trace2.png"), var_names=["sigma"], title="mine")
+    assert saved_figures[-1]["suptitle"] == "mine"
+    assert _is_png(tmp_path / "trace.png")
+
+
+def test_ppc_is_one_panel_per_column(idata, parts, tmp_path, saved_figures):
+    X = parts[0]
+    rng = np.random.default_rng(8)
+    azx.add_posterior_predictive(idata, {"X": X.mean(0) + rng.normal(size=(CHAINS, 30, N, D))})
+    azx.set_posterior_attrs(idata, latentzoo_model="toy", latentzoo_method="vb")
+    azx.plot_ppc(idata, str(tmp_path / "ppc.png"), num_pp_samples=10)
+    fig = saved_figures[-1]
+    assert fig["panels"] == D and fig["titles"][:D] == [f"column {c}" for c in range(D)]
+    assert fig["suptitle"] == "toy / vb" and "observed" in fig["legend"]
+    assert _is_png(tmp_path / "ppc.png")
+
+
+def test_plot_predictive_columns_picks_columns_and_handles_binary_data(tmp_path, saved_figures):
+    rng = np.random.default_rng(9)
+    obs = rng.normal(size=(40, 30))
+    rep = rng.normal(size=(25, 40, 30))
+    azx.plot_predictive_columns(obs, rep, str(tmp_path / "a.png"))
+    assert saved_figures[-1]["panels"] == 16  # the first 16 of 30 columns
+    azx.plot_predictive_columns(obs, rep, str(tmp_path / "b.png"), columns=[29, 3],
+                                annotations={29: "p: max 0.01"}, title="t")
+    fig = saved_figures[-1]
+    assert fig["titles"][:2] == ["column 29\np: max 0.01", "column 3"] and fig["suptitle"] == "t"
+    binary = (rng.random((40, 5)) < 0.3).astype(float)
+    azx.plot_predictive_columns(binary, (rng.random((25, 40, 5)) < 0.3).astype(float),
+                                str(tmp_path / "c.png"))
+    assert "observed frequency" in saved_figures[-1]["legend"]
+    images = rng.random((10, 3, 4))  # image stacks: one panel per pixel
+    azx.plot_predictive_columns(images, rng.random((5, 10, 3, 4)), str(tmp_path / "d.png"))
+    assert saved_figures[-1]["panels"] == 12
+    with pytest.raises(ValueError, match="Columns"):
+        azx.plot_predictive_columns(obs, rep, str(tmp_path / "e.png"), columns=[30])
+    with pytest.raises(ValueError, match="shaped"):
+        azx.plot_predictive_columns(obs, rep[:, :, :3], str(tmp_path / "e.png"))
+    assert not (tmp_path / "e.png").exists()
+    for name in "abcd":
+        assert _is_png(tmp_path / f"{name}.png")
+
+
+def test_loo_pointwise_pareto_k(idata):
+    res = azx.loo(idata, pointwise=True)
+    assert res["pareto_k"].shape == (N,) and res["max_pareto_k"] == pytest.approx(res["pareto_k"].max())
+
+
+def _pit_idata(rng, binary=False):
+    """Draws of mu | X (conjugate, flat prior) and one replicate per draw, per-row log-likelihood."""
+    X = rng.normal(size=(N, D)) + 1.0
+    mu = X.mean(0) + rng.normal(size=(CHAINS, DRAWS, D)) / np.sqrt(N)
+    rep = mu[:, :, None, :] + rng.normal(size=(CHAINS, DRAWS, N, D))
+    ll = -0.5 * ((X[None, None] - mu[:, :, None]) ** 2).sum(-1)
+    if binary:
+        X, rep = (X > 1.0).astype(float), (rep > 1.0).astype(float)
+    idata = azx.from_draws({"mu": mu}, observed_data={"X": X}, log_likelihood={"X": ll})
+    return azx.add_posterior_predictive(idata, {"X": rep})
+
+
+@pytest.mark.parametrize("binary", [False, True])
+def test_loo_pit_is_uniform_for_the_right_model(binary, tmp_path):
+    pit = np.concatenate([azx.loo_pit(_pit_idata(np.random.default_rng(s), binary)).ravel()
+                          for s in range(4)])
+    assert pit.shape == (4 * N * D,) and np.all((pit >= 0) & (pit <= 1))
+    # Uniform: mean 1/2, sd 1/sqrt(12) = 0.289. Discrete data need ties spread at random (without
+    # it the PIT of 0/1 data piles up at two values, sd ~ 0.4 or less).
+    assert abs(pit.mean() - 0.5) < 0.04 and abs(pit.std() - 0.289) < 0.03
+    azx.plot_loo_pit(pit, str(tmp_path / "pit.png"), title="t")
+    assert _is_png(tmp_path / "pit.png")
+
+
+def test_loo_pit_sees_too_narrow_predictions():
+    idata = _pit_idata(np.random.default_rng(10))
+    X = np.asarray(idata.observed_data["X"])
+    mu = azx.posterior_array(idata, "mu")
+    narrow = mu[:, :, None, :] + 0.3 * np.random.default_rng(11).normal(size=(CHAINS, DRAWS, N, D))
+    azx.add_posterior_predictive(idata, {"X": narrow})
+    pit = azx.loo_pit(idata)
+    assert np.mean((pit < 0.05) | (pit > 0.95)) > 0.4  # U-shaped: most values near 0 or 1
+    assert X.shape == pit.shape
+
+
+def test_loo_pit_refuses_what_it_cannot_use():
+    idata = _pit_idata(np.random.default_rng(12))
+    few = azx.from_draws({"mu": np.zeros((1, 10, D))}, observed_data={"X": np.zeros((N, D))},
+                         log_likelihood={"X": np.zeros((1, 10, N))})
+    with pytest.raises(ValueError, match="posterior_predictive"):
+        azx.loo_pit(few)
+    azx.add_posterior_predictive(few, {"X": np.zeros((1, 10, N, D))})
+    with pytest.raises(ValueError, match="at least 30 draws"):
+        azx.loo_pit(few)
+    wrong = azx.from_draws({"mu": np.zeros((CHAINS, DRAWS, D))}, observed_data={"X": np.zeros((N, D))},
+                           log_likelihood={"X": np.zeros((CHAINS, DRAWS, N))})
+    azx.add_posterior_predictive(wrong, {"X": np.zeros((1, 5, N, D))})
+    with pytest.raises(ValueError, match="replicates shaped"):
+        azx.loo_pit(wrong)
+    assert azx.loo_pit(idata).shape == (N, D)
