@@ -12,6 +12,7 @@ variable names use :func:`group_names`, :func:`posterior_attrs`, :func:`posterio
 
 from __future__ import annotations
 
+import io
 import numbers
 import warnings
 
@@ -490,11 +491,22 @@ def load(path: str):
 
 
 # --------------------------------------------------------------------------- plots
-def _savefig(fig, path):
+def _savefig(fig, path, palette: bool = False):
+    """Save and close ``fig`` (atomically). ``palette``: a PNG of 128 colours, for plots of many
+    anti-aliased curves (a quarter of the size, no visible change)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # tight_layout on crowded grids
         fig.tight_layout()  # ArviZ's grids otherwise let titles run into tick labels
-        atomic_savefig(fig, path, dpi=90, bbox_inches="tight")
+        if palette and path.lower().endswith(".png"):
+            from PIL import Image  # matplotlib's own dependency
+
+            buffer = io.BytesIO()
+            fig.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
+            buffer.seek(0)
+            image = Image.open(buffer).convert("RGB").quantize(colors=128)
+            atomic_write(path, lambda tmp: image.save(tmp, format="png", optimize=True))
+        else:
+            atomic_savefig(fig, path, dpi=90, bbox_inches="tight")
     plt.close(fig)
 
 
@@ -658,7 +670,8 @@ def plot_predictive_columns(observed, replicated, path: str, *, columns=None, ma
             mids = 0.5 * (edges[1:] + edges[:-1])
             # one LineCollection per panel: dozens of separate lines make layout and saving slow
             curves = [np.column_stack([mids, _smoothed_density(rep[s, :, c], edges)]) for s in pick]
-            ax.add_collection(LineCollection(curves, colors="C0", alpha=0.15, lw=0.8, label=label))
+            # opaque light lines: translucent ones blend into many colours, and PNGs 4x larger
+            ax.add_collection(LineCollection(curves, colors="#a9c6e3", lw=0.7, label=label))
             ax.plot(mids, _smoothed_density(obs[:, c], edges), color="k", lw=1.6, label="observed")
             ax.autoscale_view()
         text = f"column {c}"
@@ -668,7 +681,7 @@ def plot_predictive_columns(observed, replicated, path: str, *, columns=None, ma
         ax.tick_params(labelsize=7)
     axes.ravel()[0].legend(fontsize=7, loc="best")
     _suptitle(fig, title)
-    _savefig(fig, path)
+    _savefig(fig, path, palette=True)
 
 
 def plot_loo_pit(pit, path: str, title: str | None = None) -> None:

@@ -341,14 +341,14 @@ def saved_figures(monkeypatch):
     seen = []
     original = azx._savefig
 
-    def keep(fig, path):
+    def keep(fig, path, **kwargs):
         texts = [t.get_text() for ax in fig.axes for t in [ax.title]]
         legends = [t.get_text() for ax in fig.axes if ax.get_legend()
                    for t in ax.get_legend().get_texts()]
         legends += [t.get_text() for leg in fig.legends for t in leg.get_texts()]
         seen.append({"suptitle": fig._suptitle.get_text() if fig._suptitle else None,
                      "titles": texts, "legend": legends, "panels": sum(ax.get_visible() for ax in fig.axes)})
-        original(fig, path)
+        original(fig, path, **kwargs)
 
     monkeypatch.setattr(azx, "_savefig", keep)
     return seen
