@@ -25,11 +25,24 @@ or a numerical failure, and :class:`CAVI` raises :class:`ELBODecreaseError` or w
 Block tables (update records that declare the prior families they are exact for, checked against
 the model like Gibbs tables) and the recipe builder over them are in
 :mod:`latentzoo.inference.cavi_blocks`.
+
+**Checkpoints.** Inside ``with checkpointing(folder):`` every ``CAVI.run`` saves its state (the
+params, the objective, the sweep count, the key) and its objective trace to
+``folder/cavi-<call>-<restart>.npz`` every so many sweeps and when a start finishes; with
+``resume=True`` it continues from them. The state is everything a sweep reads, so a resumed fit
+equals the uninterrupted one exactly. Every ``fit_*`` of the zoo runs through this driver, so
+all of them checkpoint without knowing it (the CLI's ``--resume``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import inspect
+import os
+import socket
+import tempfile
+import time
 import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -41,7 +54,14 @@ from numpyro.infer.svi import SVIRunResult
 from tqdm.auto import tqdm
 
 
-__all__ = ["CAVI", "CAVIState", "CoordinateAscent", "ELBODecreaseError", "VariationalFit"]
+__all__ = [
+    "CAVI",
+    "CAVIState",
+    "CoordinateAscent",
+    "ELBODecreaseError",
+    "VariationalFit",
+    "checkpointing",
+]
 
 
 class ELBODecreaseError(RuntimeError):
@@ -87,6 +107,78 @@ class CAVIState(NamedTuple):
     elbo: jax.Array
     step: int
     rng_key: jax.Array
+
+
+class _Checkpoints:
+    """Where and how often the runs inside one :func:`checkpointing` block save their state."""
+
+    def __init__(self, folder, every, seconds, resume):
+        self.folder, self.every, self.seconds, self.resume = folder, every, seconds, resume
+        self.calls = 0
+
+    def path(self, call: int, restart: int) -> str:
+        return os.path.join(self.folder, f"cavi-{call}-{restart}.npz")
+
+
+_CHECKPOINTS: contextvars.ContextVar[_Checkpoints | None] = contextvars.ContextVar(
+    "latentzoo_cavi_checkpoints", default=None
+)
+
+
+@contextlib.contextmanager
+def checkpointing(folder: str, *, every: int | None = None, seconds: float = 60.0,
+                  resume: bool = False):
+    """Save the state of every :meth:`CAVI.run` inside the block to ``folder`` (created if
+    needed): every ``every`` sweeps, or (``every=None``) at most every ``seconds``, and when a
+    start finishes. ``resume=True`` continues each run from its saved state (a finished start is
+    not run again). Runs are told apart by their order in the block and their restart number, so
+    a resumed block must make the same calls in the same order (as a re-run of one fit does).
+    """
+    if every is not None and every < 1:
+        raise ValueError(f"every must be a positive number of sweeps, got {every}.")
+    token = _CHECKPOINTS.set(_Checkpoints(folder, every, seconds, resume))
+    try:
+        yield
+    finally:
+        _CHECKPOINTS.reset(token)
+
+
+def _save_state(path: str, state: CAVIState, losses, finished: bool) -> None:
+    """The state, the objective trace and whether the start finished, written atomically."""
+    arrays = {f"param:{k}": np.asarray(v) for k, v in state.params.items()}
+    arrays.update(elbo=np.asarray(state.elbo), step=np.asarray(state.step),
+                  rng_key=np.asarray(state.rng_key), losses=np.asarray(losses, dtype=float),
+                  finished=np.asarray(finished))
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    host = "".join(c if c.isalnum() or c in "._" else "_" for c in socket.gethostname() or "localhost")
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".tmp-{os.getpid()}@{host}-", suffix=".npz")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            np.savez(fh, **arrays)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
+
+
+def _load_state(path: str, fresh: CAVIState) -> tuple[CAVIState, list, bool]:
+    """A saved state, checked against a fresh one of the same run (names, shapes, dtypes)."""
+    with np.load(path, allow_pickle=False) as z:
+        params = {k[len("param:"):]: z[k] for k in z.files if k.startswith("param:")}
+        elbo, step, key = z["elbo"], int(z["step"]), z["rng_key"]
+        losses, finished = [float(v) for v in z["losses"]], bool(z["finished"])
+    want = {k: (np.shape(v), np.asarray(v).dtype) for k, v in fresh.params.items()}
+    have = {k: (v.shape, v.dtype) for k, v in params.items()}
+    if want != have:
+        raise ValueError(
+            f"The checkpoint {path} holds the parameters of another fit (names or shapes "
+            "differ); run afresh without resuming."
+        )
+    state = CAVIState({k: jnp.asarray(v) for k, v in params.items()}, jnp.asarray(elbo), step,
+                      jnp.asarray(key, dtype=jnp.result_type(fresh.rng_key)))
+    return state, losses, finished
 
 
 def _roundoff(elbo_value: float) -> float:
@@ -204,26 +296,37 @@ class CAVI:
         """
         if isinstance(restarts, bool) or not isinstance(restarts, (int, np.integer)) or restarts < 1:
             raise ValueError(f"restarts must be a positive integer, got {restarts!r}.")
+        ck = _CHECKPOINTS.get()
+        call = None
+        if ck is not None:
+            call, ck.calls = ck.calls, ck.calls + 1
         if restarts == 1:
             return self._run_one(
-                rng_key, num_steps, args, kwargs, progress_bar, init_params, init_state, rtol, ""
+                rng_key, num_steps, args, kwargs, progress_bar, init_params, init_state, rtol, "",
+                None if ck is None else ck.path(call, 0),
             )
         best = None
         for r, key in enumerate(jax.random.split(rng_key, restarts)):
             res = self._run_one(
                 key, num_steps, args, kwargs, progress_bar,
                 init_params if r == 0 else None, init_state if r == 0 else None, rtol,
-                f" restart {r + 1}/{restarts}",
+                f" restart {r + 1}/{restarts}", None if ck is None else ck.path(call, r),
             )
             if best is None or float(res.state.elbo) > float(best.state.elbo):
                 best = res
         return best
 
     def _run_one(self, rng_key, num_steps, args, kwargs, progress_bar, init_params, init_state,
-                 rtol, label) -> SVIRunResult:
+                 rtol, label, checkpoint=None) -> SVIRunResult:
         state = init_state or self.init(rng_key, *args, init_params=init_params, **kwargs)
         losses = []
-        bar = tqdm(range(num_steps), disable=not progress_bar, desc="CAVI" + label)
+        ck = _CHECKPOINTS.get() if checkpoint else None
+        if ck is not None and ck.resume and os.path.exists(checkpoint):
+            state, losses, finished = _load_state(checkpoint, state)
+            if finished:
+                return SVIRunResult(state.params, state, jnp.asarray(losses))
+        saved_step, saved_time = len(losses), time.monotonic()
+        bar = tqdm(range(len(losses), num_steps), disable=not progress_bar, desc="CAVI" + label)
         for _ in bar:
             old = float(state.elbo)
             state, loss = self.update(state, *args, **kwargs)
@@ -232,5 +335,13 @@ class CAVI:
                 bar.set_postfix(elbo=f"{-losses[-1]:.6g}")
             if abs(-losses[-1] - old) <= rtol * max(1.0, abs(old)):
                 break
+            if ck is not None and (
+                len(losses) - saved_step >= ck.every if ck.every
+                else time.monotonic() - saved_time >= ck.seconds
+            ):
+                _save_state(checkpoint, state, losses, finished=False)
+                saved_step, saved_time = len(losses), time.monotonic()
         bar.close()
+        if ck is not None:  # a finished start is never run again on resume
+            _save_state(checkpoint, state, losses, finished=True)
         return SVIRunResult(state.params, state, jnp.asarray(losses))

@@ -1,16 +1,25 @@
 """The ``latentzoo`` command: ``list``, ``run``, ``diagnose``.
 
 Everything family-specific comes from the registry (:mod:`latentzoo.registry`): this module names
-no model and no site. User errors (bad files, bad sizes, unknown model or method) end in one
-sentence on stderr and exit code 2, with nothing written. Set ``LATENTZOO_DEBUG=1`` to see
-tracebacks instead.
+no model and no site. User errors (bad files, bad sizes, unknown model or method, a full disk) end
+in one sentence on stderr and exit code 2, with nothing written. SIGINT and SIGTERM end a command
+the same way (exit 128 + the signal's number) after removing what it had staged. Set
+``LATENTZOO_DEBUG=1`` to see tracebacks instead.
+
+``run`` checkpoints into ``OUT/.checkpoint`` as it goes (:mod:`latentzoo.checkpoint`), and
+``run ... --resume OUT`` continues an interrupted run from there.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import os
+import shutil
+import signal
 import sys
+import threading
 import time
 import warnings
 
@@ -58,17 +67,49 @@ def _build_parser() -> argparse.ArgumentParser:
     r.add_argument("--standardize", action="store_true", help="centre and scale each column first")
     r.add_argument("--chunk-size", type=int, default=1000, help="rows per chunk (streaming methods)")
     r.add_argument("--no-progress", action="store_true", help="hide progress bars")
-    r.add_argument("--out", required=True, help="output directory")
+    r.add_argument("--out", help="output directory (checkpoints go to OUT/.checkpoint)")
+    r.add_argument("--resume", metavar="OUT",
+                   help="continue the interrupted run in OUT (same arguments as that run)")
+    r.add_argument("--checkpoint-every", type=int, metavar="N",
+                   help="checkpoint every N draws (MCMC) or sweeps (point fits); default: "
+                        "about every two minutes")
 
     d = sub.add_parser("diagnose", help="summary, rank.png and ppc.png of a finished run")
     d.add_argument("run_dir")
     return p
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM: unwinds like Ctrl-C, so staging folders are removed on the way out."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _signals_interrupt():
+    """Turn SIGTERM (and SIGINT) into :class:`Interrupted` while a command runs (main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise Interrupted(signum)
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
 def main(argv=None) -> int:
     args = _build_parser().parse_args(argv)
     try:
-        return {"list": _cmd_list, "run": _cmd_run, "diagnose": _cmd_diagnose}[args.command](args)
+        with _signals_interrupt():
+            return {"list": _cmd_list, "run": _cmd_run, "diagnose": _cmd_diagnose}[args.command](args)
     except ValueError as err:
         if os.environ.get("LATENTZOO_DEBUG"):
             raise
@@ -78,8 +119,13 @@ def main(argv=None) -> int:
             raise
         return fail(f"{str(err).rstrip('.')}; nothing was written. Constant columns or a very large "
                     "scale are the usual cause: drop them or try --standardize.")
-    except KeyboardInterrupt:
-        return fail("interrupted; nothing was written")
+    except KeyboardInterrupt as err:
+        signum = getattr(err, "signum", signal.SIGINT)
+        name = signal.Signals(signum).name
+        hint = getattr(args, "resume_hint", None)
+        more = f"; `latentzoo run ... --resume {hint}` continues from its last checkpoint" if hint else ""
+        fail(f"interrupted ({name}); nothing was written{more}")
+        return 128 + int(signum)
 
 
 # ------------------------------------------------------------------------------ list
@@ -124,7 +170,7 @@ def _config(args, family):
         value = getattr(args, name)
         if value is not None:
             sizes[name] = _positive(name, value, 0 if name == "warmup" else 1)
-    for name in ("sweeps", "restarts", "J", "chunk_size"):
+    for name in ("sweeps", "restarts", "J", "chunk_size", "checkpoint_every"):
         _positive(name.replace("_", "-"), getattr(args, name))
     if not 0 <= args.seed <= MAX_SEED:
         raise ValueError(f"--seed must be between 0 and {MAX_SEED}, got {args.seed}.")
@@ -133,7 +179,8 @@ def _config(args, family):
     return RunConfig(
         K=K, J=args.J, seed=args.seed, sweeps=args.sweeps, restarts=args.restarts,
         quick=args.quick, progress=not args.no_progress, chunk_size=args.chunk_size,
-        data_path=args.data, standardize=args.standardize, **sizes,
+        data_path=args.data, standardize=args.standardize, checkpoint_every=args.checkpoint_every,
+        **sizes,
     )
 
 
@@ -195,8 +242,97 @@ def _convergence_warning(idata, table) -> None:
         )
 
 
+def _out_folder(args) -> str:
+    if args.resume is not None and args.out is not None \
+            and os.path.abspath(args.resume) != os.path.abspath(args.out):
+        raise ValueError(f"--resume {args.resume} and --out {args.out} name different folders; "
+                         "a resumed run writes into the folder it resumes.")
+    out = args.resume if args.resume is not None else args.out
+    if out is None:
+        raise ValueError("The following arguments are required: --out (or --resume).")
+    return out
+
+
+# The run's arguments as a checkpoint records them, with the flag that sets each.
+_RECORD_FLAGS = {
+    "model": "MODEL", "method": "--method", "data": "--data", "K": "--K", "J": "--J",
+    "seed": "--seed", "chains": "--chains", "samples": "--samples", "warmup": "--warmup",
+    "sweeps": "--sweeps", "restarts": "--restarts", "quick": "--quick",
+    "standardize": "--standardize",
+}
+
+
+def _run_record(args, family, method, cfg) -> dict:
+    from latentzoo.checkpoint import file_digest
+
+    data = "default data"
+    if args.data:
+        try:
+            data = "sha256:" + file_digest(args.data)
+        except OSError as err:
+            raise ValueError(f"Data file {args.data} could not be read ({err.strerror}).") from None
+    return {
+        "model": family.name, "method": method.name, "data": data, "K": cfg.K, "J": cfg.J,
+        "seed": cfg.seed, "chains": cfg.chains, "samples": cfg.samples, "warmup": cfg.warmup,
+        "sweeps": cfg.sweeps, "restarts": cfg.restarts, "quick": cfg.quick,
+        "standardize": cfg.standardize,
+    }
+
+
+def _check_record(ck: str, out: str, record: dict) -> None:
+    """Refuse, in one sentence, to resume a run made with other arguments."""
+    path = os.path.join(ck, "run.json")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            saved = json.load(fh)
+    except FileNotFoundError:
+        raise ValueError(
+            f"{out} holds no interrupted run to resume (no {path}; a finished run removes its "
+            "checkpoint): start one with --out."
+        ) from None
+    except (OSError, ValueError):
+        raise ValueError(f"The checkpoint {path} cannot be read; start afresh with --out.") from None
+    for key, flag in _RECORD_FLAGS.items():
+        if saved.get(key) != record[key]:
+            if key == "data":
+                what = "on other data (the --data file's contents differ)"
+            else:
+                what = f"with {flag} {saved.get(key)}, not {record[key]}"
+            raise ValueError(
+                f"The interrupted run in {out} was made {what}; resume it with its own arguments, "
+                "or start afresh with --out."
+            )
+
+
+@contextlib.contextmanager
+def _compilation_cache(folder: str):
+    """JAX's persistent compilation cache in the checkpoint folder, unless one is configured:
+    each MCMC segment compiles NumPyro's sampling loop again, and a resumed run its programs,
+    which the cache turns into loads."""
+    import jax
+
+    try:
+        from jax.experimental.compilation_cache import compilation_cache as cc
+    except ImportError:  # pragma: no cover
+        yield
+        return
+    if jax.config.jax_compilation_cache_dir or not jax.config.jax_enable_compilation_cache:
+        yield
+        return
+    cc.reset_cache()
+    jax.config.update("jax_compilation_cache_dir", folder)
+    try:
+        yield
+    finally:
+        cc.reset_cache()
+        jax.config.update("jax_compilation_cache_dir", None)
+
+
 def _cmd_run(args) -> int:
+    from latentzoo.checkpoint import CHECKPOINT
+    from latentzoo.inference.cavi import checkpointing
     from latentzoo.registry import get_family
+    from latentzoo.results import atomic_write_text, remove_stale, writing
     from latentzoo.runs import write_run
 
     family = get_family(args.model)
@@ -204,20 +340,60 @@ def _cmd_run(args) -> int:
     if not method.cli:
         raise ValueError(f"Method {method.name!r} of {family.name} is available from Python only.")
     cfg = _config(args, family)
-    _check_out(args.out)
+    out = _out_folder(args)
+    _check_out(out)
+    if method.streaming and args.resume is not None:
+        raise ValueError(f"Method {method.name!r} streams its data in one pass and keeps no "
+                         "checkpoint, so it cannot be resumed; run it again with --out.")
     if method.streaming:
         if args.data and not os.path.isfile(args.data):
             raise ValueError(f"Data file {args.data} does not exist.")
         data = None
     else:
         data = _load(args, family, cfg)
-    t0 = time.perf_counter()
-    idata = method.run(data, cfg)
-    seconds = time.perf_counter() - t0
-    _check_finite(idata)
-    data_name = os.path.basename(args.data) if args.data else "default data"
-    table = write_run(args.out, idata, family=family, method=method, seconds=seconds,
-                      data_name=data_name)
+    ck = None if method.streaming else os.path.join(out, CHECKPOINT)
+    created = not os.path.isdir(out)
+    if ck is not None:
+        record = _run_record(args, family, method, cfg)
+        if args.resume is not None:
+            _check_record(ck, out, record)
+            remove_stale(ck)
+            remove_stale(os.path.join(ck, "mcmc"))
+        elif os.path.isdir(ck):
+            print(f"note: discarding the checkpoint of an interrupted run in {out} (continue one "
+                  "with --resume instead of --out).", file=sys.stderr)
+            shutil.rmtree(ck)
+        path = os.path.join(ck, "run.json")
+        with writing(path, out):
+            atomic_write_text(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
+        cfg = cfg._replace(checkpoint_dir=ck, resume=args.resume is not None)
+        args.resume_hint = out
+    try:
+        with contextlib.ExitStack() as stack:
+            if ck is not None:
+                stack.enter_context(_compilation_cache(os.path.join(ck, "xla")))
+                stack.enter_context(checkpointing(ck, every=args.checkpoint_every,
+                                                  resume=args.resume is not None))
+            t0 = time.perf_counter()
+            idata = method.run(data, cfg)
+            seconds = time.perf_counter() - t0
+        _check_finite(idata)
+        data_name = os.path.basename(args.data) if args.data else "default data"
+        table = write_run(out, idata, family=family, method=method, seconds=seconds,
+                          data_name=data_name)
+    except KeyboardInterrupt:
+        raise  # the checkpoint stays: --resume continues from it
+    except BaseException:
+        # a failed fit or write: its checkpoint cannot help, and a folder made for it goes again
+        if ck is not None:
+            shutil.rmtree(ck, ignore_errors=True)
+        if created:
+            with contextlib.suppress(OSError):
+                os.rmdir(out)
+        args.resume_hint = None
+        raise
+    if ck is not None:
+        shutil.rmtree(ck, ignore_errors=True)
     _convergence_warning(idata, table)
     return 0
 
@@ -226,7 +402,7 @@ def _cmd_run(args) -> int:
 def _cmd_diagnose(args) -> int:
     from latentzoo import arviz_adapter as azx
     from latentzoo.registry import families
-    from latentzoo.results import staged_run_dir
+    from latentzoo.results import staged_run_dir, writing
     from latentzoo.runs import is_point_fit, print_summary, summarise
 
     path = os.path.join(args.run_dir, "posterior.nc")
@@ -247,9 +423,9 @@ def _cmd_diagnose(args) -> int:
     _convergence_warning(idata, table)
     wrote = []
     present = [s for s in sites if s in idata.posterior.data_vars]
-    with staged_run_dir(args.run_dir) as stage:
+    with staged_run_dir(args.run_dir, role="diagnose") as stage:
         if not is_point_fit(idata) and idata.posterior.sizes.get("draw", 1) > 1 and present:
-            with warnings.catch_warnings():
+            with warnings.catch_warnings(), writing(os.path.join(args.run_dir, "rank.png"), args.run_dir):
                 warnings.simplefilter("ignore")
                 azx.plot_rank(idata, os.path.join(stage, "rank.png"), var_names=present[:2])
             wrote.append("rank.png")
@@ -259,7 +435,8 @@ def _cmd_diagnose(args) -> int:
             replicated = family.posterior_predictive(idata)
             azx.add_posterior_predictive(idata, replicated)
             num = min(100, int(replicated["X"].shape[1]))  # a point fit has one replicate per draw
-            azx.plot_ppc(idata, os.path.join(stage, "ppc.png"), num_pp_samples=num)
+            with writing(os.path.join(args.run_dir, "ppc.png"), args.run_dir):
+                azx.plot_ppc(idata, os.path.join(stage, "ppc.png"), num_pp_samples=num)
             wrote.append("ppc.png")
     print(f"\nwrote {', '.join(os.path.join(args.run_dir, w) for w in wrote) or 'no plots'}")
     return 0

@@ -51,6 +51,9 @@ class RunConfig(NamedTuple):
     None: the family's default). ``chains``/``samples``/``warmup`` are for MCMC, ``sweeps``/``restarts`` for point fits
     (None: the method's default), ``chunk_size`` for streaming methods, ``data_path`` for
     runners that read the file themselves (streaming), ``progress`` shows progress bars.
+    ``checkpoint_dir``: where :func:`latentzoo.runs.run_mcmc` saves MCMC checkpoints (None: no
+    checkpoints), ``resume`` continues from them, ``checkpoint_every`` draws per segment (None:
+    about one checkpoint every :data:`latentzoo.checkpoint.CHECKPOINT_SECONDS`).
     """
 
     K: int
@@ -66,6 +69,9 @@ class RunConfig(NamedTuple):
     chunk_size: int = 1000
     data_path: str | None = None
     standardize: bool = False
+    checkpoint_dir: str | None = None
+    resume: bool = False
+    checkpoint_every: int | None = None
 
 
 class Method(NamedTuple):

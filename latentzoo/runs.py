@@ -44,7 +44,11 @@ def chain_method(chains: int) -> str:
 
 
 def run_mcmc(kernel, cfg, *model_args, extra_fields=(), init_params=None, **model_kwargs):
-    """``numpyro.infer.MCMC`` with the run's chains, warm-up and draws; returns the finished MCMC."""
+    """``numpyro.infer.MCMC`` with the run's chains, warm-up and draws; returns the finished MCMC.
+
+    With ``cfg.checkpoint_dir`` set, the draws come in segments saved there after warm-up and
+    each segment, and ``cfg.resume`` continues from them (:mod:`latentzoo.checkpoint`); the
+    draws are those of one uninterrupted run."""
     from numpyro.infer import MCMC
 
     mcmc = MCMC(
@@ -56,6 +60,11 @@ def run_mcmc(kernel, cfg, *model_args, extra_fields=(), init_params=None, **mode
         progress_bar=cfg.progress,
         jit_model_args=True,
     )
+    if getattr(cfg, "checkpoint_dir", None):
+        from latentzoo.checkpoint import run_mcmc_segments
+
+        return run_mcmc_segments(mcmc, cfg, model_args, model_kwargs, rng_key=jax.random.PRNGKey(cfg.seed),
+                                 extra_fields=extra_fields, init_params=init_params)
     mcmc.run(jax.random.PRNGKey(cfg.seed), *model_args, extra_fields=tuple(extra_fields),
              init_params=init_params, **model_kwargs)
     return mcmc
@@ -148,7 +157,7 @@ def _plot_objective(idata, path, title):
 def write_run(out: str, idata, *, family, method, seconds: float, data_name: str) -> object:
     """Write ``posterior.nc``, ``summary.csv`` and ``trace.png`` into ``out`` through a staging
     folder (all three appear together or none); print the summary. Returns the summary table."""
-    from latentzoo.results import atomic_write_text, staged_run_dir
+    from latentzoo.results import atomic_write_text, staged_run_dir, writing
 
     title = f"{family.name} / {method.name} on {data_name}"
     azx.set_posterior_attrs(
@@ -156,16 +165,20 @@ def write_run(out: str, idata, *, family, method, seconds: float, data_name: str
         latentzoo_seconds=float(seconds),
     )
     table = summarise(idata, family.identified)
-    with staged_run_dir(out) as stage:
-        azx.save(idata, os.path.join(stage, "posterior.nc"))
-        atomic_write_text(os.path.join(stage, "summary.csv"), table.to_csv())
+    # Staged inside `out` (one file system); a run replaces the files an earlier run wrote there.
+    with staged_run_dir(out, role="run") as stage:
+        with writing(os.path.join(out, "posterior.nc"), out):
+            azx.save(idata, os.path.join(stage, "posterior.nc"))
+        with writing(os.path.join(out, "summary.csv"), out):
+            atomic_write_text(os.path.join(stage, "summary.csv"), table.to_csv())
         trace = os.path.join(stage, "trace.png")
-        if is_point_fit(idata) and "sample_stats" in azx.group_names(idata) \
-                and "objective" in idata.sample_stats.data_vars:
-            _plot_objective(idata, trace, title)
-        else:
-            sites = [s for s in family.trace_sites if s in idata.posterior.data_vars]
-            azx.plot_trace(idata, trace, var_names=sites or None)
+        with writing(os.path.join(out, "trace.png"), out):
+            if is_point_fit(idata) and "sample_stats" in azx.group_names(idata) \
+                    and "objective" in idata.sample_stats.data_vars:
+                _plot_objective(idata, trace, title)
+            else:
+                sites = [s for s in family.trace_sites if s in idata.posterior.data_vars]
+                azx.plot_trace(idata, trace, var_names=sites or None)
     print_summary(table, title, seconds)
     print(f"\nwrote {out}/posterior.nc, {out}/summary.csv, {out}/trace.png")
     return table

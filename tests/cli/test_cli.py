@@ -11,6 +11,14 @@ from latentzoo import arviz_adapter as azx
 from latentzoo.cli import main
 
 
+def _visible(folder):
+    """The run's files (the folder's manifest and nothing temporary besides: no staging folder,
+    no checkpoint once the run finished)."""
+    names = sorted(os.listdir(folder))
+    assert [n for n in names if n.startswith(".")] == [".latentzoo-files"], names
+    return [n for n in names if not n.startswith(".")]
+
+
 @pytest.fixture(scope="module")
 def fa_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("runs") / "fa"
@@ -26,7 +34,7 @@ def test_list_shows_the_zoo(capsys):
 
 
 def test_run_fa_quick_writes_the_three_files(fa_run):
-    assert sorted(os.listdir(fa_run)) == ["posterior.nc", "summary.csv", "trace.png"]
+    assert _visible(fa_run) == ["posterior.nc", "summary.csv", "trace.png"]
     idata = azx.load(str(fa_run / "posterior.nc"))
     assert {"posterior", "sample_stats", "log_likelihood", "observed_data"} <= set(azx.group_names(idata))
     assert idata.posterior["cov"].shape == (4, 1000, 20, 20)
@@ -138,7 +146,7 @@ def test_run_fa_online_streams_a_csv(tmp_path):
     argv = ["run", "fa", "--method", "online-em", "--data", str(path), "--K", "2",
             "--chunk-size", "64", "--no-progress", "--out", str(out)]
     assert main(argv) == 0
-    assert sorted(os.listdir(out)) == ["posterior.nc", "summary.csv", "trace.png"]
+    assert _visible(out) == ["posterior.nc", "summary.csv", "trace.png"]
     idata = azx.load(str(out / "posterior.nc"))
     assert idata.posterior["W"].shape == (1, 1, 6, 2)
     assert idata.sample_stats["objective"].size == 5  # one value per chunk

@@ -227,3 +227,59 @@ def test_likelihood_of_another_family_and_uncovered_sites_are_refused():
         plan_blocks(extra_model, [MU_BLOCK], X)
     with pytest.raises(ValueError, match="no sample site 'nu'"):
         plan_blocks(model, [MU_BLOCK._replace(sites=("nu",))], X)
+
+
+# ---------------------------------------------------------------------------- checkpoints
+def _interrupting(cavi, after):
+    """Make ``cavi.update`` raise KeyboardInterrupt on its ``after + 1``-th call (a kill)."""
+    real, calls = cavi.update, []
+
+    def update(state, *args, **kwargs):
+        calls.append(state.step)
+        if len(calls) > after:
+            raise KeyboardInterrupt
+        return real(state, *args, **kwargs)
+
+    cavi.update = update
+    return calls
+
+
+@pytest.mark.parametrize("restarts", [1, 2])
+def test_resumed_fit_equals_the_uninterrupted_one(restarts, tmp_path):
+    # The SVI-fallback path draws from the state's key every sweep, so a resume that lost or
+    # reused a key (or restarted the objective trace) differs from the uninterrupted run.
+    from latentzoo.inference.cavi import checkpointing
+
+    laplace = dist.Laplace(0.0, 1.0)
+    kw = dict(progress_bar=False, rtol=-1.0, prior=laplace, restarts=restarts)
+    key = jax.random.PRNGKey(5)
+    with pytest.warns(ConjugacyFallbackWarning):
+        ref = CAVI(prior_model, prior_guide, _recipe()).run(key, 10, X, **kw)
+
+    cavi = CAVI(prior_model, prior_guide, _recipe())
+    calls = _interrupting(cavi, after=7 + 10 * (restarts - 1))  # sweep 8 of the last start
+    with checkpointing(str(tmp_path), every=3), pytest.warns(ConjugacyFallbackWarning):
+        with pytest.raises(KeyboardInterrupt):
+            cavi.run(key, 10, X, **kw)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"cavi-0-{r}.npz" for r in range(restarts)]
+
+    resumed = CAVI(prior_model, prior_guide, _recipe())
+    calls = _interrupting(resumed, after=10**6)
+    with checkpointing(str(tmp_path), every=3, resume=True), pytest.warns(ConjugacyFallbackWarning):
+        res = resumed.run(key, 10, X, **kw)
+    assert calls == [6, 7, 8, 9]  # from the checkpoint of sweep 6; a finished start is not rerun
+    np.testing.assert_array_equal(np.asarray(res.losses), np.asarray(ref.losses))
+    for k in ref.params:
+        np.testing.assert_array_equal(np.asarray(res.params[k]), np.asarray(ref.params[k]))
+
+
+def test_resume_from_the_checkpoint_of_another_fit_is_refused(tmp_path):
+    from latentzoo.inference.cavi import checkpointing
+
+    cavi = CAVI(model, guide, CoordinateAscent(init, exact_update, elbo))
+    with checkpointing(str(tmp_path), every=1):
+        cavi.run(jax.random.PRNGKey(0), 5, X, progress_bar=False)
+    other = CAVI(model, guide, CoordinateAscent(lambda k, x: {**init(k, x), "extra": jnp.zeros(2)},
+                                                exact_update, elbo))
+    with checkpointing(str(tmp_path), resume=True), pytest.raises(ValueError, match="another fit"):
+        other.run(jax.random.PRNGKey(0), 5, X, progress_bar=False)
