@@ -11,9 +11,13 @@ with the lecture's parameterisation :math:`\theta_{ij} = -\log(1 - p_{ij}) \ge 0
 :math:`\theta_{0j} > 0` (the leak keeps :math:`P(x_{nj}=1\mid s)` positive, so a finding that is on
 with no active source has finite log-probability; every bound below needs it).
 
-Priors for the Bayesian version (:func:`default_priors`): :math:`\pi_i \sim \mathrm{Beta}`,
-:math:`\theta_{ij} \sim \mathrm{Gamma}`, :math:`\theta_{0j} \sim \mathrm{Gamma}`. Variational EM and
-exact EM (:mod:`latentzoo.inference.noca.em`) are maximum-likelihood, as in the lecture.
+Priors (:func:`default_priors`): :math:`\pi_i \sim \mathrm{Beta}(a_\pi, b_\pi)` and, for every
+noisy-OR strength, a Beta prior on the probability itself, :math:`p_{ij} \sim \mathrm{Beta}(a, b)`
+and :math:`p_{0j} \sim \mathrm{Beta}(a_0, b_0)`, written on the model's sites
+:math:`\theta = -\log(1 - p)` as :class:`NoisyOrBeta`. Its log density,
+:math:`(a-1)\log(1-e^{-\theta}) - b\theta - \log B(a, b)`, has the form of the log-likelihood of
+:math:`a-1` findings that are on and :math:`b` that are off, so the point fits (MAP-EM,
+:mod:`latentzoo.inference.noca.em`) add these as pseudo-counts; the MCMC samples the same model.
 
 Shapes: ``pi`` (K,), ``theta`` (K, D) (row i = source i, as :math:`\theta_{ij}`), ``theta0`` (D,),
 ``s`` (N, K) in nested plates ``N`` (dim -2) x ``K`` (dim -1) (``DiscreteGibbs`` cannot sample
@@ -22,30 +26,88 @@ Shapes: ``pi`` (K,), ``theta`` (K, D) (row i = source i, as :math:`\theta_{ij}`)
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
+from jax.scipy.special import betaln, digamma, polygamma
+from numpyro.distributions import constraints
+from numpyro.distributions.util import promote_shapes
 
 from latentzoo.models.shapes import data_sizes
 
 __all__ = [
+    "NoisyOrBeta",
     "default_priors",
     "noca",
     "noisy_or_logits",
     "shape_sources",
     "simulate_noca",
     "default_noca_data",
+    "basket_parameters",
+    "attribute_parameters",
 ]
 
 
 # ------------------------------------------------------------------------------- priors
+class NoisyOrBeta(dist.Distribution):
+    r"""The noisy-OR strength :math:`\theta = -\log(1 - p)` of a probability
+    :math:`p \sim \mathrm{Beta}(a, b)` (``concentration1`` = a, ``concentration0`` = b).
+
+    Density on :math:`\theta > 0` (the Beta density times :math:`dp/d\theta = e^{-\theta}`):
+
+    .. math:: \log p(\theta) = (a - 1)\log(1 - e^{-\theta}) - b\,\theta - \log B(a, b),
+
+    i.e. the log-likelihood of :math:`a - 1` findings that are on and :math:`b` that are off under
+    a gate of strength :math:`\theta` alone. ``a = 1`` is the exponential distribution of rate b
+    (:math:`p = 1` is never favoured); the MAP updates need ``a >= 1`` (log-concave density).
+    """
+
+    arg_constraints = {"concentration1": constraints.positive, "concentration0": constraints.positive}
+    support = constraints.positive
+    pytree_data_fields = ("concentration1", "concentration0")
+
+    def __init__(self, concentration1, concentration0, *, validate_args=None):
+        self.concentration1, self.concentration0 = promote_shapes(concentration1, concentration0)
+        batch_shape = jax.lax.broadcast_shapes(jnp.shape(concentration1), jnp.shape(concentration0))
+        self.concentration1 = jnp.broadcast_to(self.concentration1, batch_shape)
+        self.concentration0 = jnp.broadcast_to(self.concentration0, batch_shape)
+        super().__init__(batch_shape=batch_shape, validate_args=validate_args)
+
+    def sample(self, key, sample_shape=()):
+        # 1 - p ~ Beta(b, a); theta = -log(1 - p), kept finite where 1 - p underflows
+        u = dist.Beta(self.concentration0, self.concentration1).sample(key, sample_shape + self.batch_shape)
+        return -jnp.log(jnp.clip(u, jnp.finfo(jnp.result_type(float)).tiny, 1.0))
+
+    def log_prob(self, value):
+        a, b = self.concentration1, self.concentration0
+        # (a - 1) * log(1 - e^-theta), written as 0 for a = 1 so theta -> 0 stays finite
+        on = jnp.where(a == 1.0, 0.0, (a - 1.0) * jnp.log(-jnp.expm1(-value)))
+        return on - b * value - betaln(a, b)
+
+    @property
+    def mean(self):
+        # E[-log U] for U = 1 - p ~ Beta(b, a)
+        return digamma(self.concentration0 + self.concentration1) - digamma(self.concentration0)
+
+    @property
+    def variance(self):
+        return polygamma(1, self.concentration0) - polygamma(1, self.concentration0 + self.concentration1)
+
+
 def default_priors() -> dict[str, dist.Distribution]:
-    """The model's priors, elementwise. Edit here (or pass ``priors={...}`` to :func:`noca`)."""
+    """The model's priors, elementwise. Edit here (or pass ``priors={...}`` to :func:`noca`).
+
+    The point fits read these hyperparameters as pseudo-counts (docs/models/noca.md, "MAP-EM")."""
     return {
         "pi": dist.Beta(1.0, 1.0),  # source probabilities pi_i
-        "theta": dist.Gamma(1.0, 0.5),  # theta_ij = -log(1 - p_ij): mean 2 (p ~ 0.86)
-        "theta0": dist.Gamma(1.0, 20.0),  # leak theta_0j: mean 0.05
+        # p_ij ~ Beta(1, 2): every gate counts 2 findings that stayed off (shrinks p towards 0,
+        # so a source seen in a few rows cannot set its p to 1)
+        "theta": NoisyOrBeta(1.0, 2.0),
+        # leak p_0j ~ Beta(2, 2): one finding on and two off per item, the add-one smoothing of
+        # an independent Bernoulli (an item never on in training keeps a leak of ~1/N)
+        "theta0": NoisyOrBeta(2.0, 2.0),
     }
 
 
@@ -134,3 +196,32 @@ def default_noca_data(seed: int = 0, N: int | None = None):
     theta, theta0, pi = true_parameters(DEFAULT_DATA["p_on"], DEFAULT_DATA["leak"], DEFAULT_DATA["pi"])
     X, s = simulate_noca(theta, theta0, pi, N or DEFAULT_DATA["N"], np.random.default_rng(seed))
     return X, theta, theta0, s
+
+
+def basket_parameters(seed: int = 0, D: int = 169, K: int = 8):
+    """A grocery-basket-like NOCA: (theta (K, D), theta0 (D,), pi (K,)).
+
+    Item popularity is skewed (leak p_0j log-normal around 0.8 %, clipped to [0.05 %, 20 %]);
+    each of K rare sources (pi_i ~ U(0.04, 0.15)) turns on 3-6 items with p_ij ~ U(0.3, 0.8).
+    At D = 169 about 2.6 % of the entries are ones (about 4.4 items per row)."""
+    rng = np.random.default_rng(seed)
+    p0 = np.clip(np.exp(rng.normal(np.log(0.008), 1.1, D)), 5e-4, 0.2)
+    theta = np.zeros((K, D))
+    for i in range(K):
+        items = rng.choice(D, rng.integers(3, 7), replace=False)
+        theta[i, items] = -np.log1p(-rng.uniform(0.3, 0.8, items.size))
+    return theta, -np.log1p(-p0), rng.uniform(0.04, 0.15, K)
+
+
+def attribute_parameters(seed: int = 0, D: int = 85, K: int = 6):
+    """An attribute-matrix-like NOCA (animals x attributes): (theta (K, D), theta0 (D,), pi (K,)).
+
+    K sources (pi_i ~ U(0.2, 0.5)) each turn on 10-20 attributes with p_ij ~ U(0.6, 0.95); leaks
+    p_0j ~ U(0.03, 0.15). About 30 % of the entries are ones."""
+    rng = np.random.default_rng(seed)
+    p0 = rng.uniform(0.03, 0.15, D)
+    theta = np.zeros((K, D))
+    for i in range(K):
+        items = rng.choice(D, rng.integers(10, 21), replace=False)
+        theta[i, items] = -np.log1p(-rng.uniform(0.6, 0.95, items.size))
+    return theta, -np.log1p(-p0), rng.uniform(0.2, 0.5, K)

@@ -49,6 +49,8 @@ __all__ = [
     "positive_index",
     "positive_terms",
     "noca_bound",
+    "noca_bound_rows",
+    "noca_importance_loglik",
     "noca_exact_loglik",
     "noca_state_log_joint",
 ]
@@ -89,9 +91,20 @@ def _entropy(lam):
     return -(xlogy(lam, lam) + xlog1py(1.0 - lam, -lam))
 
 
+def noca_bound_rows(params, X, *, num_pos: int):
+    """The bound F split by rows, (N,): F = noca_bound_rows(...).sum()."""
+    pi, theta, theta0, lam, q = (params[k] for k in ("pi_loc", "theta_loc", "theta0_loc", "lam", "q"))
+    rows, cols = positive_index(X, num_pos)
+    prior = (xlogy(lam, pi) + xlog1py(1.0 - lam, -pi) + _entropy(lam)).sum(1)
+    neg = 1.0 - X
+    negative = -(neg @ theta0) - (lam * (neg @ theta.T)).sum(1)
+    positive = jax.ops.segment_sum(positive_terms(q, lam[rows], theta.T[cols], theta0[cols]).sum(1), rows, X.shape[0])
+    return prior + negative + positive
+
+
 def noca_bound(params, X, *, num_pos: int):
     """The bound F (a scalar) at params {pi_loc (K,), theta_loc (K, D), theta0_loc (D,), lam (N, K),
-    q (P, K)} (the keys of :func:`~latentzoo.inference.noca.em.noca_guide`)."""
+    q (P, K)} (the keys of :func:`~latentzoo.inference.noca.blocks.noca_guide`)."""
     pi, theta, theta0, lam, q = (params[k] for k in ("pi_loc", "theta_loc", "theta0_loc", "lam", "q"))
     rows, cols = positive_index(X, num_pos)
     prior = (xlogy(lam, pi) + xlog1py(1.0 - lam, -pi) + _entropy(lam)).sum()
@@ -109,7 +122,8 @@ def noca_state_log_joint(theta, theta0, pi):
         states = all_states(K, theta.dtype)
         z = theta0[None, :] + states @ theta  # (S, D) total inhibition of each state
         lp = states @ jnp.log(pi) + (1.0 - states) @ jnp.log1p(-pi)
-        return Xc @ log1mexp(z).T - (1.0 - Xc) @ z.T + lp[None, :]
+        # x f(z) - (1 - x) z = x (f(z) + z) - z: one (C, D) x (D, S) product instead of two
+        return Xc @ (log1mexp(z) + z).T + (lp - z.sum(1))[None, :]
 
     return log_joint
 
@@ -120,3 +134,26 @@ def noca_exact_loglik(X, theta, theta0, pi, *, per_row: bool = False):
     ll = enumerate_posterior(noca_state_log_joint(theta, theta0, pi), X, all_states(K, X.dtype)).loglik
     return ll if per_row else ll.sum()
 
+
+
+def noca_importance_loglik(X, theta, theta0, pi, rng_key, *, lam=None, num_samples: int = 2000):
+    r"""log p(x_n) per row, (N,), by importance sampling over the sources, for K too large to
+    enumerate: proposal :math:`r_n(s) = \prod_i \mathrm{Bernoulli}(\tfrac12\lambda_{ni} +
+    \tfrac12\pi_i)` (half the mean-field posterior ``lam`` (N, K), half the prior, so the weights
+    stay bounded where lam is overconfident; ``lam=None`` samples the prior), and
+    :math:`\log\frac1M\sum_m p(x_n, s_m)/r_n(s_m)`. Its mean is below log p(x_n) (Jensen), by
+    a bias that shrinks as 1/M."""
+    N, D = X.shape
+    r = pi[None, :] * jnp.ones((N, 1)) if lam is None else 0.5 * (lam + pi[None, :])
+    r = jnp.clip(r, 1e-12, 1.0 - 1e-12)
+
+    def one(key):
+        s = (jax.random.uniform(key, r.shape) < r).astype(X.dtype)  # (N, K)
+        z = theta0[None, :] + s @ theta
+        log_px = (X * log1mexp(z) - (1.0 - X) * z).sum(1)
+        log_ps = (s * jnp.log(pi) + (1.0 - s) * jnp.log1p(-pi)).sum(1)
+        log_r = (s * jnp.log(r) + (1.0 - s) * jnp.log1p(-r)).sum(1)
+        return log_px + log_ps - log_r
+
+    logw = jax.lax.map(one, jax.random.split(rng_key, num_samples))  # (M, N)
+    return jax.scipy.special.logsumexp(logw, axis=0) - jnp.log(num_samples)

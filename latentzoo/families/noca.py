@@ -1,7 +1,8 @@
 """Registry entry: the noisy-OR component analyzer (Singliar & Hauskrecht, JMLR 2006).
-Methods: variational EM with the Jaakkola-Jordan bound (``vb``), exact EM by enumerating the 2^K
-source states (``em``, K <= 16), and MCMC through the Gibbs builder's fallback path (``gibbs``:
-the conjugate pi | s update, DiscreteGibbs for s and NUTS for theta, theta0; small data only)."""
+Methods: variational MAP-EM with the Jaakkola-Jordan bound (``vb``), exact MAP-EM by enumerating
+the 2^K source states (``em``, K <= 16), and MCMC through the Gibbs builder's fallback path
+(``gibbs``: the conjugate pi | s update, DiscreteGibbs for s and NUTS for theta, theta0; small
+data only), started from an exact MAP-EM fit so that no chain starts with its sources off."""
 
 from __future__ import annotations
 
@@ -24,13 +25,30 @@ def _run_point(X, cfg, *, method):
     if method == "em" and cfg.K > 16:
         raise ValueError(f"Exact EM enumerates 2^K states and is limited to K <= 16, got K = {cfg.K}.")
     sweeps, restarts = runs.point_sizes(cfg, restarts=3)
-    fit = fit_noca(X, cfg.K, method=method, num_steps=sweeps, seed=cfg.seed, restarts=restarts)
+    fit = fit_noca(X, cfg.K, method=method, num_steps=sweeps, seed=cfg.seed, restarts=restarts,
+                   progress_bar=cfg.progress)
     p = fit.params
     ll = None
     if cfg.K <= 12:  # the pointwise exact log-likelihood enumerates 2^K states per row
         ll = {"X": np.asarray(noca_exact_loglik(jnp.asarray(X), p["theta_loc"], p["theta0_loc"],
                                                  p["pi_loc"], per_row=True))}
     return runs.guide_point_idata(fit, X, log_likelihood=ll)
+
+
+def _map_start(X, cfg):
+    """Every chain's start: an exact MAP-EM fit (variational for K > 12), s_n = its posterior
+    marginals rounded. A start drawn from the prior switches the sources off for good: with
+    gates drawn over all items, turning a source on costs every row more than it gains, and
+    the chain stays at s = 0 (all pi near 1 / (N + 2))."""
+    from latentzoo.inference.noca import fit_noca
+
+    fit = fit_noca(X, cfg.K, method="em" if cfg.K <= 12 else "vb", num_steps=100, seed=cfg.seed)
+    p = fit.params
+    start = {"pi": p["pi_loc"], "theta": p["theta_loc"], "theta0": p["theta0_loc"],
+             "s": (p["lam"] > 0.5).astype(jnp.float64)}
+    if cfg.chains > 1:
+        start = {k: jnp.broadcast_to(v, (cfg.chains, *v.shape)) for k, v in start.items()}
+    return start
 
 
 def _run_gibbs(X, cfg):
@@ -44,7 +62,7 @@ def _run_gibbs(X, cfg):
             "--method vb or em, or fewer rows."
         )
     cfg = cfg._replace(samples=min(cfg.samples, 50), warmup=min(cfg.warmup, 50)) if cfg.quick else cfg
-    mcmc = runs.run_mcmc(noca_kernel(), cfg, jnp.asarray(X), K=cfg.K)
+    mcmc = runs.run_mcmc(noca_kernel(), cfg, jnp.asarray(X), K=cfg.K, init_params=_map_start(X, cfg))
     return runs.mcmc_idata(mcmc, drop=("s",))
 
 
@@ -63,11 +81,16 @@ def noca_posterior_predictive(idata, rng_seed=0, max_draws=200):
 
 
 def _noca_vb_check():
+    import numpyro.distributions as dist
+
     from latentzoo.inference.cavi import CAVI
     from latentzoo.inference.noca import noca_guide, noca_vem
+    from latentzoo.models.noca import NoisyOrBeta
 
     X = np.asarray(default_noca_data(1, N=80)[0])
-    return CAVI(noca, noca_guide, noca_vem()), X, dict(K=4, num_pos=int(X.sum()))
+    # non-default hyperparameters: every M-step's pseudo-counts are non-zero
+    priors = {"pi": dist.Beta(2.0, 3.0), "theta": NoisyOrBeta(1.5, 3.0), "theta0": NoisyOrBeta(2.0, 10.0)}
+    return CAVI(noca, noca_guide, noca_vem()), X, dict(K=4, num_pos=int(X.sum()), priors=priors)
 
 
 # NOCA's only conjugate update is pi | s; everything else runs through NumPyro's generic kernels
