@@ -77,7 +77,7 @@ class NoisyOrBeta(dist.Distribution):
 
     def sample(self, key, sample_shape=()):
         # 1 - p ~ Beta(b, a); theta = -log(1 - p), kept finite where 1 - p underflows
-        u = dist.Beta(self.concentration0, self.concentration1).sample(key, sample_shape + self.batch_shape)
+        u = dist.Beta(self.concentration0, self.concentration1).sample(key, sample_shape)
         return -jnp.log(jnp.clip(u, jnp.finfo(jnp.result_type(float)).tiny, 1.0))
 
     def log_prob(self, value):

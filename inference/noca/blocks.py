@@ -124,15 +124,23 @@ def _hyper(d, shape, family, names, site, floor):
 
 
 def read_noca_priors(model, X, *, K, N=None, D=None, priors=None, num_pos=None, **_) -> NOCAPriors:
-    """Trace ``model`` on X and read its priors' hyperparameters (the context of the blocks)."""
-    N, D = X.shape
-    values = {"pi": jnp.full(K, 0.5), "theta": jnp.ones((K, D)), "theta0": jnp.ones(D),
-              "s": jnp.zeros((N, K))}
-    fns, _, _ = read_model(model, values, (X,), dict(K=K, priors=priors))
-    pi_a, pi_b = _hyper(fns["pi"], (K,), dist.Beta, ("concentration1", "concentration0"), "pi", (1.0, 1.0))
-    a, b = _hyper(fns["theta"], (K, D), NoisyOrBeta, ("concentration1", "concentration0"), "theta", (1.0, 0.0))
-    a0, b0 = _hyper(fns["theta0"], (D,), NoisyOrBeta, ("concentration1", "concentration0"), "theta0", (1.0, 0.0))
-    return NOCAPriors(pi_a, pi_b, a, b, a0, b0, {k: fns[k] for k in ("pi", "theta", "theta0")})
+    """Trace ``model`` on X and read its priors' hyperparameters (the context of the blocks).
+    Traced under ``jit`` (one compilation instead of one per operation when called eagerly, as
+    at the start of a fit); the distributions are pytrees, so they come out as they are."""
+
+    def read(X):
+        N, D = X.shape
+        values = {"pi": jnp.full(K, 0.5), "theta": jnp.ones((K, D)), "theta0": jnp.ones(D),
+                  "s": jnp.zeros((N, K))}
+        fns, _, _ = read_model(model, values, (X,), dict(K=K, priors=priors))
+        beta = ("concentration1", "concentration0")
+        pi_a, pi_b = _hyper(fns["pi"], (K,), dist.Beta, beta, "pi", (1.0, 1.0))
+        a, b = _hyper(fns["theta"], (K, D), NoisyOrBeta, beta, "theta", (1.0, 0.0))
+        a0, b0 = _hyper(fns["theta0"], (D,), NoisyOrBeta, beta, "theta0", (1.0, 0.0))
+        return NOCAPriors(pi_a, pi_b, a, b, a0, b0, {k: fns[k] for k in ("pi", "theta", "theta0")})
+
+    # the hyperparameters do not depend on the data's values: two rows give the shapes
+    return jax.jit(read)(X[:2])
 
 
 def noca_log_prior(params, ctx: NOCAPriors) -> dict:

@@ -36,6 +36,8 @@ order: ``rows``, ``cols`` (P,) and ``q`` (P, K). The number of positives P must 
 
 from __future__ import annotations
 
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 from jax.scipy.special import xlog1py, xlogy
@@ -70,6 +72,7 @@ def dlog1mexp(z):
     return 1.0 / jnp.expm1(z)
 
 
+@partial(jax.jit, static_argnums=1)  # eagerly, nonzero would compile op by op (seconds)
 def positive_index(X, num_pos: int):
     """(rows, cols) of the ``num_pos`` positive findings of binary X, row-major (jit-safe)."""
     return jnp.nonzero(X, size=num_pos, fill_value=0)

@@ -11,6 +11,7 @@ the model once per binary site), so it is meant for small problems and for check
 
 from __future__ import annotations
 
+from functools import partial
 
 from latentzoo.models.noca import noca
 
@@ -29,6 +30,9 @@ def noca_updates() -> list[GibbsUpdate]:
     return [beta_bernoulli_update("pi", "s")]
 
 
-def noca_kernel(**nuts_kwargs) -> ConjugateGibbs:
-    """``ConjugateGibbs(noca, noca_updates())`` with optional NUTS settings."""
-    return ConjugateGibbs(noca, noca_updates(), nuts_kwargs=nuts_kwargs or None)
+def noca_kernel(K: int | None = None, **nuts_kwargs) -> ConjugateGibbs:
+    """``ConjugateGibbs(noca, noca_updates())`` with optional NUTS settings. With ``K`` the model
+    is bound to that number of sources, so ``MCMC(..., jit_model_args=True)`` (which traces every
+    model argument) does not turn the plate size into a traced value; run it without ``K``."""
+    model = noca if K is None else partial(noca, K=K)
+    return ConjugateGibbs(model, noca_updates(), nuts_kwargs=nuts_kwargs or None)

@@ -62,7 +62,8 @@ def _run_gibbs(X, cfg):
             "--method vb or em, or fewer rows."
         )
     cfg = cfg._replace(samples=min(cfg.samples, 50), warmup=min(cfg.warmup, 50)) if cfg.quick else cfg
-    mcmc = runs.run_mcmc(noca_kernel(), cfg, jnp.asarray(X), K=cfg.K, init_params=_map_start(X, cfg))
+    # K bound into the model: run_mcmc traces the model's arguments (jit_model_args)
+    mcmc = runs.run_mcmc(noca_kernel(K=cfg.K), cfg, jnp.asarray(X), init_params=_map_start(X, cfg))
     return runs.mcmc_idata(mcmc, drop=("s",))
 
 
