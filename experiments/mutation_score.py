@@ -48,6 +48,8 @@ from dataclasses import asdict, dataclass
 TESTS = {
     "inference/fa/gibbs.py": [
         "tests/inference/test_update_checks.py",
+        "tests/inference/test_mutation_gaps.py",
+        "tests/inference/test_known_mutants.py",
         "tests/inference/test_fa_checks.py",
         "tests/inference/test_gibbs_builder.py",
         "tests/test_conformance.py",
@@ -82,7 +84,7 @@ TESTS = {
     "inference/fa/vb.py": ["tests/inference/test_fa_vb.py", "tests/inference/test_cavi_driver.py"],
     "inference/fa/em.py": ["tests/inference/test_fa_vb.py", "tests/inference/test_cavi_driver.py"],
     "inference/cvq/em.py": ["tests/inference/test_cvq_em.py"],
-    "inference/noca/em.py": ["tests/inference/test_noca_em.py"],
+    "inference/noca/em.py": ["tests/inference/test_noca_em.py", "tests/inference/test_mutation_gaps.py"],
     "inference/noca/bound.py": ["tests/inference/test_noca_em.py"],
     "inference/noca/mcmc.py": ["tests/inference/test_update_checks.py", "tests/inference/test_noca_mcmc.py"],
     "inference/fa/online_kernels.py": ["tests/inference/test_online_fa.py"],
@@ -423,13 +425,15 @@ def run(cmd, **kw):
 def make_copy(repo, work, venv, rev):
     copy_dir = os.path.join(work, "repo")
     run(["git", "-C", repo, "worktree", "add", "--detach", copy_dir, rev])
+    # "python -m pip", not bin/pip: a copied venv keeps the original's path in bin/pip's shebang
+    pip = [os.path.join(venv, "bin", "python"), "-m", "pip"]
     if not os.path.exists(os.path.join(venv, "bin", "python")):
         print(f"creating venv {venv}", flush=True)
         run([sys.executable, "-m", "venv", venv])
-        run([os.path.join(venv, "bin", "pip"), "install", "-q", "setuptools>=77"])
-        run([os.path.join(venv, "bin", "pip"), "install", "-q", "-e", f"{copy_dir}[test]"])
-    else:  # reused venv: repoint its editable install at this copy
-        run([os.path.join(venv, "bin", "pip"), "install", "-q", "--no-deps", "-e", copy_dir])
+        run([*pip, "install", "-q", "setuptools>=77"])
+        run([*pip, "install", "-q", "-e", f"{copy_dir}[test]"])
+    else:  # reused venv: repoint its editable install at this copy (one run per venv at a time)
+        run([*pip, "install", "-q", "--no-deps", "-e", copy_dir])
     return copy_dir
 
 
@@ -544,7 +548,8 @@ def main(argv=None):
     ap.add_argument("--only-functions", help="regex of function names to mutate")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=float, help="seconds per mutant (default: 2 x baseline + 60)")
-    ap.add_argument("--venv", help="reuse (or create) this venv instead of a temporary one")
+    ap.add_argument("--venv", help="reuse (or create) this venv instead of a temporary one; "
+                                   "parallel runs need one each")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--merge", action="store_true",
                     help="merge into the --json file: replace the modules measured now, keep the others")
