@@ -43,7 +43,6 @@ check would report a decrease.)
 from __future__ import annotations
 
 import inspect
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
@@ -56,6 +55,7 @@ from numpyro.optim import Adam
 
 from .cavi import CoordinateAscent
 from .gibbs import ConjugacyFallbackWarning, read_model
+from .gibbs_plan import warn_at_caller
 from .updates import family_of
 
 __all__ = [
@@ -125,6 +125,21 @@ class CAVIPlan(NamedTuple):
     @property
     def changed_sites(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(c[0] for c in self.changed))
+
+    def __repr__(self) -> str:
+        rows = []
+        for b, ok in zip(self.blocks, self.exact):
+            why = [f"site {s!r} has a {have} prior, the update is derived for {want}"
+                   for s, have, want, name in self.changed if name == b.name or s in b.sites]
+            how = "closed form" if ok else \
+                f"SVI steps on {', '.join(b.params) or '(no params)'}: {'; '.join(dict.fromkeys(why))}"
+            rows.append((b.name, ", ".join(b.sites), how))
+        w0 = max((len(r[0]) for r in rows), default=0)
+        w1 = max((len(r[1]) for r in rows), default=0)
+        lines = [f"  {a.ljust(w0)}  {c.ljust(w1)}  {h}".rstrip() for a, c, h in rows]
+        return "CAVIPlan (sweep order)\n" + "\n".join(lines)
+
+    __str__ = __repr__
 
 
 def _accepted_kwargs(fn, kwargs: dict) -> dict:
@@ -278,7 +293,7 @@ def coordinate_ascent(
             names = tuple(b.name for b in plan.lost)
             if names not in warned:
                 warned.add(names)
-                warnings.warn(_fallback_message(plan), ClosedFormFallbackWarning, stacklevel=4)
+                warn_at_caller(_fallback_message(plan), ClosedFormFallbackWarning)
         context = read_priors(model, *args, **kwargs) if read_priors is not None else None
         return plan, context
 

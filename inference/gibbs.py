@@ -9,8 +9,13 @@ and makes a :class:`GibbsPlan`:
   first update that claims a site owns it;
 - a latent site that no applicable update covers (because a user changed its prior family, say)
   is sampled generically through NumPyro's composite :class:`numpyro.infer.Gibbs`: NUTS for
-  continuous sites, :class:`~numpyro.infer.DiscreteGibbs` for discrete ones. The kernel warns once,
-  naming those sites. Inference stays correct; only speed changes.
+  continuous sites, :class:`~numpyro.infer.DiscreteGibbs` for discrete ones. The kernel warns once
+  (:class:`ConjugacyFallbackWarning`), naming those sites and the update that no longer applies;
+  sites the table has no update for by design get a :class:`GenericKernelNote` instead. Both
+  point at the user's line, not NumPyro's. Inference stays correct; only speed changes;
+- the moves (:class:`~latentzoo.inference.updates.Move`) whose ``requires`` hold run after each
+  sweep, also on sites a NUTS block samples: a move is exact under the model's own density
+  whoever samples its sites. ``print(kernel.plan(X, K=3))`` shows the plan.
 
 When every site has an update, a sweep is one pure, jit-friendly function of
 ``(state, data)``: each update re-traces the model at the current values to read its priors'
@@ -24,7 +29,6 @@ Chain methods: "sequential", "parallel" and (when no fallback is needed) "vector
 from __future__ import annotations
 
 import copy
-import warnings
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -38,13 +42,23 @@ from numpyro.infer.gibbs import (
     CustomGibbsState,
     latent_sample_sites,
     prototype_trace,
+    with_conditioning,
 )
+from numpyro.infer.hmc import HMC
 from numpyro.infer.mcmc import MCMCKernel
 from numpyro.infer.util import log_density
 from numpyro.util import is_prng_key
 
 
-from .updates import GibbsUpdate, Move, unwrap
+from .gibbs_plan import (
+    ConjugacyFallbackWarning,
+    GenericKernelNote,
+    GibbsPlan,
+    fallback_warnings,
+    make_plan,
+    warn_at_caller,
+)
+from .updates import GibbsUpdate, Move
 
 __all__ = [
     "ConjugateGibbs",
@@ -52,13 +66,11 @@ __all__ = [
     "SweepState",
     "CompositeState",
     "ConjugacyFallbackWarning",
+    "GenericKernelNote",
+    "make_plan",
     "read_model",
     "potential_energy",
 ]
-
-
-class ConjugacyFallbackWarning(UserWarning):
-    """Some sites lost their hand-derived update and are sampled by a generic kernel."""
 
 
 class SweepState(NamedTuple):
@@ -84,34 +96,16 @@ class CompositeState(NamedTuple):
     - **inner**: the state of :class:`numpyro.infer.Gibbs`.
     - **potential_energy**: -log p(latents, data) at the constrained values.
     - **diverging**: whether the NUTS block's trajectory diverged this sweep.
+    - **rng_key**: key for the next sweep (the composite's own key is replaced by it), so
+      NumPyro's ``mcmc.post_warmup_state = mcmc.last_state`` then
+      ``mcmc.run(mcmc.post_warmup_state.rng_key, ...)`` continues the chain as with every kernel.
     """
 
     z: dict[str, jax.Array]
     inner: Any
     potential_energy: jax.Array
     diverging: jax.Array
-
-
-class GibbsPlan(NamedTuple):
-    """Which update samples which site, decided from the model's trace.
-
-    Attributes:
-        updates: the applicable updates (and moves) in sweep order.
-        fallback_continuous: latent sites sampled by NUTS.
-        fallback_discrete: latent sites sampled by ``DiscreteGibbs``.
-        dropped: ``(update name, reason)`` for each update that does not apply.
-        observed: names of the observed sample sites (the data).
-    """
-
-    updates: tuple[GibbsUpdate | Move, ...]
-    fallback_continuous: tuple[str, ...]
-    fallback_discrete: tuple[str, ...]
-    dropped: tuple[tuple[str, str], ...]
-    observed: tuple[str, ...]
-
-    @property
-    def fallback(self) -> tuple[str, ...]:
-        return self.fallback_continuous + self.fallback_discrete
+    rng_key: jax.Array
 
 
 def read_model(model, values, model_args, model_kwargs):
@@ -130,54 +124,6 @@ def read_model(model, values, model_args, model_kwargs):
         if s["type"] == "sample" and s["is_observed"] and n not in values
     }
     return priors, obs, tr
-
-
-def make_plan(model, updates, model_args, model_kwargs, rng_key=None) -> GibbsPlan:
-    """Match the update table against the model traced on this data."""
-    rng_key = jax.random.PRNGKey(0) if rng_key is None else rng_key
-    tr = prototype_trace(model, rng_key, model_args, model_kwargs)
-    latent = latent_sample_sites(tr)
-    observed = tuple(
-        n for n, s in tr.items() if s["type"] == "sample" and s["is_observed"]
-    )
-    covered: set[str] = set()
-    chosen, dropped, moves = [], [], []
-    for u in updates:
-        absent = [s for s in u.sites if s not in latent]
-        if absent:
-            dropped.append((u.name, f"sites {absent} are not latent sites of the model"))
-            continue
-        mismatched = []
-        for site, families in u.requires.items():
-            if site not in tr or tr[site]["type"] != "sample":
-                mismatched.append(f"{site} is not a sample site")
-            elif not isinstance(unwrap(tr[site]["fn"]), tuple(families)):
-                have = type(unwrap(tr[site]["fn"])).__name__
-                want = "/".join(f.__name__ for f in families)
-                mismatched.append(f"{site} is {have}, the update needs {want}")
-        if mismatched:
-            dropped.append((u.name, "; ".join(mismatched)))
-            continue
-        if isinstance(u, Move):
-            moves.append(u)
-            chosen.append(u)
-            continue
-        if covered & set(u.sites):
-            dropped.append((u.name, "its sites are already owned by an earlier update"))
-            continue
-        covered |= set(u.sites)
-        chosen.append(u)
-    # A move may only touch sites that conjugate updates own (a generic block owns the rest).
-    final = []
-    for u in chosen:
-        if isinstance(u, Move) and not set(u.sites) <= covered:
-            dropped.append((u.name, "some of its sites are sampled by a generic kernel"))
-        else:
-            final.append(u)
-    rest = [s for s in latent if s not in covered]
-    discrete = tuple(s for s in rest if tr[s]["fn"].has_enumerate_support)
-    continuous = tuple(s for s in rest if s not in discrete)
-    return GibbsPlan(tuple(final), continuous, discrete, tuple(dropped), observed)
 
 
 def potential_energy(model, values, model_args, model_kwargs):
@@ -275,7 +221,7 @@ class ConjugateGibbs(MCMCKernel):
         self._composite: Gibbs | None = None
         self._vectorized = False
         self._sample_fn = None
-        self._warned: set[tuple[str, ...]] = set()
+        self._warned: set[str] = set()
 
     # -- introspection -------------------------------------------------------------------
     @property
@@ -318,19 +264,10 @@ class ConjugateGibbs(MCMCKernel):
         key_plan, key_init, rng_key = jax.random.split(rng_key, 3)
         plan = make_plan(self._model, self._updates, model_args, model_kwargs, key_plan)
         self._plan = plan
-        if plan.fallback and plan.fallback not in self._warned:
-            self._warned.add(plan.fallback)
-            lost = ", ".join(
-                [f"{s} (NUTS)" for s in plan.fallback_continuous]
-                + [f"{s} (DiscreteGibbs)" for s in plan.fallback_discrete]
-            )
-            warnings.warn(
-                f"No hand-derived update applies to {lost}: their prior family differs from the "
-                "one the update was derived for. They are sampled generically through "
-                "numpyro.infer.Gibbs; inference stays correct, only slower.",
-                ConjugacyFallbackWarning,
-                stacklevel=3,
-            )
+        for message, category in fallback_warnings(plan):
+            if message not in self._warned:
+                self._warned.add(message)
+                warn_at_caller(message, category)
         if plan.fallback:
             blocks = [
                 (_UpdateBlock(self._model, u), list(u.sites))
@@ -343,14 +280,17 @@ class ConjugateGibbs(MCMCKernel):
                 )
             if plan.fallback_discrete:
                 blocks.append((DiscreteGibbs(self._model), list(plan.fallback_discrete)))
+            # The composite's NUTS block holds its sites unconstrained; users (and the checks)
+            # give every site constrained, as in the all-conjugate case, and the moves act on
+            # constrained values too.
+            tr = prototype_trace(self._model, key_init, model_args, model_kwargs)
+            self._to_nuts = {k: biject_to(tr[k]["fn"].support) for k in plan.fallback_continuous}
             if init_params:
-                # The composite's NUTS block takes its sites unconstrained; users (and the checks)
-                # give every site constrained, as in the all-conjugate case.
-                tr = prototype_trace(self._model, key_init, model_args, model_kwargs)
                 init_params = {
-                    k: (biject_to(tr[k]["fn"].support).inv(v) if k in plan.fallback_continuous else v)
+                    k: (self._to_nuts[k].inv(v) if k in self._to_nuts else v)
                     for k, v in init_params.items()
                 }
+            self._block_sites = tuple(tuple(sites) for _, sites in blocks)
             self._composite = Gibbs(blocks)
             self._nuts_index = len(blocks) - 1 - bool(plan.fallback_discrete)
             self._sample_fn = self._composite_step
@@ -374,11 +314,36 @@ class ConjugateGibbs(MCMCKernel):
         diverging = jnp.zeros((), bool)
         if self._plan.fallback_continuous:
             diverging = inner.block_states[self._nuts_index].diverging
-        return CompositeState(inner.z, inner, pe, diverging)
+        return CompositeState(inner.z, inner, pe, diverging, inner.rng_key)
 
     def _composite_step(self, state, model_args, model_kwargs):
-        inner = self._composite.sample(state.inner, model_args, model_kwargs)
+        inner = state.inner._replace(rng_key=state.rng_key)
+        inner = self._composite.sample(inner, model_args, model_kwargs)
+        if self._plan.moves:
+            inner = self._move(inner, model_args, {} if model_kwargs is None else model_kwargs)
         return self._wrap(inner, model_args, model_kwargs)
+
+    def _move(self, inner, model_args, model_kwargs):
+        """The plan's moves after a composite step, on constrained values; then each block gets
+        its own sites back (unconstrained for NUTS) and is refreshed against the others' new
+        values, as the composite itself does between blocks."""
+        values = dict(self._composite.get_constrain_fn(model_args, model_kwargs)(inner.z))
+        # a stream of its own: the composite discards the second half of each split of its key
+        key = jax.random.fold_in(inner.rng_key, 0x6D6F7665)
+        for move, k in zip(self._plan.moves, jax.random.split(key, len(self._plan.moves))):
+            priors, obs, _ = read_model(self._model, values, model_args, model_kwargs)
+            values.update(move.sample(k, values, obs, priors))
+        states = list(inner.block_states)
+        z = {}
+        for i, ((kernel, _), names) in enumerate(zip(self._composite.blocks, self._block_sites)):
+            field = kernel.sample_field
+            own = {k: (self._to_nuts[k].inv(values[k]) if isinstance(kernel, HMC) else values[k])
+                   for k in names}
+            state_i = states[i]._replace(**{field: {**getattr(states[i], field), **own}})
+            siblings = {k: v for k, v in values.items() if k not in names}
+            states[i] = kernel.refresh(state_i, model_args, with_conditioning(model_kwargs, siblings))
+            z.update({k: getattr(states[i], field)[k] for k in names})
+        return inner._replace(z=z, block_states=tuple(states))
 
     def _sweep(self, state, model_args, model_kwargs):
         model_kwargs = {} if model_kwargs is None else model_kwargs
@@ -409,7 +374,8 @@ class ConjugateGibbs(MCMCKernel):
 
     def refresh(self, state, model_args, model_kwargs):
         if self._composite is not None:
-            inner = self._composite.refresh(state.inner, model_args, model_kwargs)
+            inner = state.inner._replace(rng_key=state.rng_key)
+            inner = self._composite.refresh(inner, model_args, model_kwargs)
             return self._wrap(inner, model_args, model_kwargs)
         return state
 

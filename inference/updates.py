@@ -19,7 +19,10 @@ Two kinds exist:
 
 Each update lists the distribution families it is exact for (``requires``). The builder in
 :mod:`latentzoo.inference.gibbs` compares them with the model's sites; a site whose prior family a
-user changes loses its update and is sampled by a generic kernel instead.
+user changes loses its update and is sampled by a generic kernel instead. A move whose accept
+step reads the prior's own log density is exact for any elementwise prior: it requires
+:data:`ELEMENTWISE`, which matches every family with scalar events, and stays when the prior is
+swapped to another such family.
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ __all__ = [
     "family_of",
     "prior_params",
     "elementwise_log_prob",
+    "Elementwise",
+    "ELEMENTWISE",
 ]
 
 SiteValues = dict[str, jax.Array]
@@ -139,3 +144,20 @@ def elementwise_log_prob(d: dist.Distribution, value: jax.Array) -> jax.Array:
     distribution has an empty event shape (all of the zoo's elementwise priors).
     """
     return unwrap(d).log_prob(value)
+
+
+class _ElementwiseMeta(type):
+    def __instancecheck__(cls, d) -> bool:
+        return isinstance(d, dist.Distribution) and tuple(unwrap(d).event_shape) == ()
+
+    def __subclasscheck__(cls, sub) -> bool:  # a class alone does not say its event shape
+        return sub is cls
+
+
+class Elementwise(metaclass=_ElementwiseMeta):
+    """A ``requires`` family that matches any distribution whose innermost event is a scalar
+    (Normal, Laplace, StudentT, ... of any batch shape): what a move needs whose acceptance
+    ratio sums :func:`elementwise_log_prob` of the model's own prior."""
+
+
+ELEMENTWISE = (Elementwise,)

@@ -331,6 +331,7 @@ def _compilation_cache(folder: str):
 def _cmd_run(args) -> int:
     from latentzoo.checkpoint import CHECKPOINT
     from latentzoo.inference.cavi import checkpointing
+    from latentzoo.inference.gibbs import GenericKernelNote
     from latentzoo.registry import get_family
     from latentzoo.results import atomic_write_text, remove_stale, writing
     from latentzoo.runs import write_run
@@ -370,6 +371,9 @@ def _cmd_run(args) -> int:
         args.resume_hint = out
     try:
         with contextlib.ExitStack() as stack:
+            stack.enter_context(warnings.catch_warnings())
+            # a table that leaves sites to NUTS/DiscreteGibbs by design is not news to a user
+            warnings.simplefilter("ignore", GenericKernelNote)
             if ck is not None:
                 stack.enter_context(_compilation_cache(os.path.join(ck, "xla")))
                 stack.enter_context(checkpointing(ck, every=args.checkpoint_every,

@@ -46,7 +46,14 @@ import numpyro.distributions as dist
 
 from latentzoo.inference.conjugate import gamma_precision_posterior, normal_mean_posterior
 from latentzoo.inference.gaussian import diag_embed, gaussian_draw, mvn_from_precision
-from latentzoo.inference.updates import GibbsUpdate, Move, elementwise_log_prob, prior_params, unwrap
+from latentzoo.inference.updates import (
+    ELEMENTWISE,
+    GibbsUpdate,
+    Move,
+    elementwise_log_prob,
+    prior_params,
+    unwrap,
+)
 
 __all__ = [
     "fa_updates",
@@ -219,7 +226,9 @@ def scale_coordinate(reference, values):
 
 def scale_move() -> Move:
     return Move(
-        "scale interweaving (W_k c, z_k / c)", ("W", "z"), {"X": NORMAL}, scale_step,
+        # exact for any elementwise W and z priors: the accept step reads their log densities
+        "scale interweaving (W_k c, z_k / c)", ("W", "z"),
+        {"W": ELEMENTWISE, "z": ELEMENTWISE, "X": NORMAL}, scale_step,
         orbit=scale_orbit, orbit_log_jacobian=scale_orbit_log_jacobian, coordinate=scale_coordinate,
     )
 

@@ -203,3 +203,28 @@ def test_constant_column_em_fit_is_finite(tmp_path, capsys):
     # EM's psi start was 2 / var(x_d): infinite for a constant column, the ELBO NaN at sweep 1
     assert code == 0, capsys.readouterr().err
     assert (out / "posterior.nc").exists()
+
+
+def test_cli_does_not_show_the_note_of_a_table_that_leaves_sites_to_generic_kernels(
+        tmp_path, monkeypatch, recwarn):
+    # NOCA's Gibbs table leaves s, theta, theta0 to NUTS/DiscreteGibbs by design: that is not
+    # news to someone running it (a swapped prior's ConjugacyFallbackWarning still shows)
+    import warnings
+
+    from latentzoo.inference.gibbs import GenericKernelNote
+    from latentzoo.registry import REGISTRY, Method, get_family
+
+    fa = get_family("fa")
+    em = fa.method("em")
+
+    def run(X, cfg):
+        warnings.warn("by design", GenericKernelNote)
+        return em.run(X, cfg)
+
+    monkeypatch.setitem(REGISTRY, "fa", fa._replace(methods=(Method("em", run, kind="point"),)))
+    rng = np.random.default_rng(0)
+    np.save(tmp_path / "x.npy", rng.normal(size=(30, 4)))
+    argv = ["run", "fa", "--data", str(tmp_path / "x.npy"), "--K", "1", "--sweeps", "5",
+            "--no-progress", "--out", str(tmp_path / "o")]
+    assert main(argv) == 0
+    assert not [w for w in recwarn if issubclass(w.category, GenericKernelNote)]

@@ -11,6 +11,7 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpyro.distributions as dist
 import pytest
 from numpyro.infer import MCMC, NUTS
 
@@ -39,27 +40,30 @@ def _same_draws(a, b):
 
 
 # --------------------------------------------------------------- segments = one run
-@pytest.mark.parametrize("kernel", ["gibbs", "nuts"])
+@pytest.mark.filterwarnings("ignore::latentzoo.inference.gibbs.ConjugacyFallbackWarning")
+@pytest.mark.parametrize("kernel", ["gibbs", "composite", "nuts"])
 def test_segments_and_resumes_give_the_draws_of_one_run(kernel, tmp_path):
     # NumPyro keeps the PRNG key in the kernel's state, so warm-up, then draws in segments each
     # continuing from the last state, is the same chain: equal to the bit, not just in law.
-    make = (lambda: ConjugateGibbs(MODEL, fa_updates())) if kernel == "gibbs" else \
-        (lambda: NUTS(MODEL, max_tree_depth=4))
+    # "composite": W ~ Laplace, so the Gibbs builder runs NumPyro's composite Gibbs (NUTS on W).
+    kw = {"priors": {"W": dist.Laplace(0.0, 1.0)}} if kernel == "composite" else {}
+    make = (lambda: NUTS(MODEL, max_tree_depth=4)) if kernel == "nuts" else \
+        (lambda: ConjugateGibbs(MODEL, fa_updates()))
     cfg = RunConfig(K=1, chains=2, warmup=20, samples=30, seed=3)
-    one = run_mcmc(make(), cfg, X)
+    one = run_mcmc(make(), cfg, X, **kw)
     ck = cfg._replace(checkpoint_dir=str(tmp_path), checkpoint_every=10)
-    _same_draws(one, run_mcmc(make(), ck, X))
+    _same_draws(one, run_mcmc(make(), ck, X, **kw))
     folder = tmp_path / "mcmc"
     assert sorted(os.listdir(folder)) == ["draws-0000.pkl", "draws-0001.pkl", "draws-0002.pkl",
                                           "meta.json", "warmup.pkl"]
     # killed after the first segment was saved: resume from it, with a fresh kernel
     for name in ("draws-0001.pkl", "draws-0002.pkl"):
         os.remove(folder / name)
-    _same_draws(one, run_mcmc(make(), ck._replace(resume=True), X))
+    _same_draws(one, run_mcmc(make(), ck._replace(resume=True), X, **kw))
     # killed during the first segment: resume from the warm-up's state
     for name in ("draws-0000.pkl", "draws-0001.pkl", "draws-0002.pkl"):
         os.remove(folder / name)
-    _same_draws(one, run_mcmc(make(), ck._replace(resume=True), X))
+    _same_draws(one, run_mcmc(make(), ck._replace(resume=True), X, **kw))
 
 
 def test_thinned_segments_keep_the_draws_of_one_thinned_run(tmp_path):

@@ -283,3 +283,18 @@ def test_resume_from_the_checkpoint_of_another_fit_is_refused(tmp_path):
                                                 exact_update, elbo))
     with checkpointing(str(tmp_path), resume=True), pytest.raises(ValueError, match="another fit"):
         other.run(jax.random.PRNGKey(0), 5, X, progress_bar=False)
+
+
+# ---------------------------------------------------------------------------- plans, warnings
+def test_cavi_plan_prints_which_block_keeps_its_closed_form():
+    text = str(plan_blocks(prior_model, [MU_BLOCK], X, prior=dist.Laplace(0.0, 1.0)))
+    assert text.startswith("CAVIPlan") and "CAVIPlan(" not in text
+    assert "q(mu)" in text and "SVI steps on loc, scale: site 'mu' has a Laplace prior" in text
+    assert "closed form" in str(plan_blocks(prior_model, [MU_BLOCK], X))
+
+
+def test_fallback_warning_points_at_the_users_line():
+    cavi = CAVI(prior_model, prior_guide, _recipe())
+    with pytest.warns(ConjugacyFallbackWarning) as record:
+        cavi.run(jax.random.PRNGKey(0), 2, X, progress_bar=False, prior=dist.Laplace(0.0, 1.0))
+    assert [w.filename for w in record] == [__file__]  # not numpyro's or jax's files

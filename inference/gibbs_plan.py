@@ -1,0 +1,230 @@
+"""The Gibbs builder's plan: which update samples which site, which sites a generic kernel samples
+and why, and the warnings that say so at the user's line.
+
+:func:`make_plan` matches an update table against the model traced on the data. A latent site no
+applicable update covers is sampled generically (NUTS, or ``DiscreteGibbs`` for a discrete site),
+for one of two reasons that the plan records and the warnings keep apart:
+
+- the table has an update for the site, but the update does not apply to this model (a user
+  swapped a prior to another family, say): :class:`ConjugacyFallbackWarning`, naming the update
+  and what it needs;
+- the table has no update for the site at all, by design (NOCA's table covers ``pi`` alone and
+  leaves ``s``, ``theta``, ``theta0`` to NumPyro's kernels): :class:`GenericKernelNote`, a
+  subclass that says nothing was changed (the CLI does not show it).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from typing import NamedTuple
+
+import jax
+from numpyro.infer.gibbs import latent_sample_sites, prototype_trace
+
+from .updates import GibbsUpdate, Move, unwrap
+
+__all__ = [
+    "ConjugacyFallbackWarning",
+    "GenericKernelNote",
+    "GibbsPlan",
+    "make_plan",
+    "warn_at_caller",
+]
+
+NO_UPDATE = "no update in the table writes it"
+
+
+class ConjugacyFallbackWarning(UserWarning):
+    """Some sites lost their hand-derived update and are sampled by a generic kernel."""
+
+
+class GenericKernelNote(ConjugacyFallbackWarning):
+    """A note, not a problem: the update table has no hand-derived update for these sites by
+    design, so they are sampled by NumPyro's generic kernels (nothing was changed)."""
+
+
+def _package_dir(module) -> str:
+    return os.path.dirname(os.path.abspath(module.__file__)) + os.sep
+
+
+def _internal_dirs() -> tuple[str, ...]:
+    import numpyro
+
+    import latentzoo
+    import latentzoo.inference
+    import latentzoo.models
+
+    dirs = {_package_dir(m) for m in (numpyro, jax, latentzoo)}
+    dirs.update(os.path.abspath(p) + os.sep for m in (latentzoo.inference, latentzoo.models)
+                for p in m.__path__)
+    try:
+        import jaxlib
+
+        dirs.add(_package_dir(jaxlib))
+    except ImportError:  # pragma: no cover
+        pass
+    return tuple(sorted(dirs))
+
+
+def warn_at_caller(message: str, category: type[Warning]) -> None:
+    """Warn with the location of the first frame outside latentzoo, NumPyro and JAX: the user's
+    line that ran the sampler or the fit, however deep in NumPyro's drivers the warning is made
+    (``warnings.warn_explicit``, so the usual filters and once-per-location registry apply)."""
+    internal = _internal_dirs()
+    frame = sys._getframe(1)
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(internal):
+        frame = frame.f_back
+    if frame is None:  # called from inside the packages alone (e.g. their own scripts)
+        warnings.warn(message, category, stacklevel=2)
+        return
+    g = frame.f_globals
+    warnings.warn_explicit(
+        message, category, frame.f_code.co_filename, frame.f_lineno,
+        module=g.get("__name__", "<unknown>"), registry=g.setdefault("__warningregistry__", {}),
+        module_globals=g,
+    )
+
+
+class GibbsPlan(NamedTuple):
+    """Which update samples which site, decided from the model's trace.
+
+    Attributes:
+        updates: the applicable updates (and moves) in sweep order.
+        fallback_continuous: latent sites sampled by NUTS.
+        fallback_discrete: latent sites sampled by ``DiscreteGibbs``.
+        dropped: ``(update name, reason)`` for each update that does not apply.
+        observed: names of the observed sample sites (the data).
+        fallback_reasons: ``(site, reason)`` for each fallback site: why no update covers it
+            (:data:`NO_UPDATE` when the table has none for it by design).
+
+    ``print(plan)`` shows it as a table.
+    """
+
+    updates: tuple[GibbsUpdate | Move, ...]
+    fallback_continuous: tuple[str, ...]
+    fallback_discrete: tuple[str, ...]
+    dropped: tuple[tuple[str, str], ...]
+    observed: tuple[str, ...]
+    fallback_reasons: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def fallback(self) -> tuple[str, ...]:
+        return self.fallback_continuous + self.fallback_discrete
+
+    @property
+    def moves(self) -> tuple[Move, ...]:
+        return tuple(u for u in self.updates if isinstance(u, Move))
+
+    @property
+    def swapped(self) -> tuple[str, ...]:
+        """Fallback sites that have an update in the table which does not apply to this model."""
+        return tuple(s for s, why in self.fallback_reasons if why != NO_UPDATE)
+
+    @property
+    def by_design(self) -> tuple[str, ...]:
+        """Fallback sites the table has no update for."""
+        return tuple(s for s, why in self.fallback_reasons if why == NO_UPDATE)
+
+    def kernel_of(self, site: str) -> str:
+        return "DiscreteGibbs" if site in self.fallback_discrete else "NUTS"
+
+    def __repr__(self) -> str:
+        rows = [("hand-derived (sweep order)", "", "")]
+        for u in self.updates:
+            kind = "move" if isinstance(u, Move) else "conditional"
+            rows.append((f"  {u.name}", ", ".join(u.sites), kind))
+        if self.fallback:
+            rows.append(("generic kernels", "", ""))
+            why = dict(self.fallback_reasons)
+            for s in self.fallback:
+                rows.append((f"  {self.kernel_of(s)}", s, why.get(s, "")))
+        if self.dropped:
+            rows.append(("not used", "", ""))
+            rows.extend((f"  {name}", "", reason) for name, reason in self.dropped)
+        rows.append(("data", ", ".join(self.observed), ""))
+        w0 = max(len(r[0]) for r in rows)
+        w1 = max(len(r[1]) for r in rows)
+        lines = [f"{a.ljust(w0)}  {b.ljust(w1)}  {c}".rstrip() for a, b, c in rows]
+        return "GibbsPlan\n" + "\n".join(lines)
+
+    __str__ = __repr__
+
+
+def make_plan(model, updates, model_args, model_kwargs, rng_key=None) -> GibbsPlan:
+    """Match the update table against the model traced on this data."""
+    rng_key = jax.random.PRNGKey(0) if rng_key is None else rng_key
+    tr = prototype_trace(model, rng_key, model_args, model_kwargs)
+    latent = latent_sample_sites(tr)
+    observed = tuple(
+        n for n, s in tr.items() if s["type"] == "sample" and s["is_observed"]
+    )
+    covered: set[str] = set()
+    chosen, dropped = [], []
+    lost: dict[str, str] = {}  # site -> why the table's update for it does not apply
+    for u in updates:
+        absent = [s for s in u.sites if s not in latent]
+        if absent:
+            dropped.append((u.name, f"sites {absent} are not latent sites of the model"))
+            continue
+        mismatched = []
+        for site, families in u.requires.items():
+            if site not in tr or tr[site]["type"] != "sample":
+                mismatched.append(f"{site} is not a sample site")
+            elif not isinstance(unwrap(tr[site]["fn"]), tuple(families)):
+                have = type(unwrap(tr[site]["fn"])).__name__
+                want = "/".join(f.__name__ for f in families)
+                mismatched.append(f"{site} is {have}, the update needs {want}")
+        if mismatched:
+            why = "; ".join(mismatched)
+            dropped.append((u.name, why))
+            if isinstance(u, GibbsUpdate):
+                for s in u.sites:
+                    lost.setdefault(s, f"update {u.name!r} does not apply: {why}")
+            continue
+        if isinstance(u, Move):
+            chosen.append(u)
+            continue
+        if covered & set(u.sites):
+            dropped.append((u.name, "its sites are already owned by an earlier update"))
+            continue
+        covered |= set(u.sites)
+        chosen.append(u)
+    rest = [s for s in latent if s not in covered]
+    discrete = tuple(s for s in rest if tr[s]["fn"].has_enumerate_support)
+    continuous = tuple(s for s in rest if s not in discrete)
+    # A move is exact under the model's own density whoever samples its sites (its `requires`
+    # say which priors its ratio is valid for), so it also runs beside a NUTS block; it never
+    # moves a discrete site, which DiscreteGibbs owns.
+    final = []
+    for u in chosen:
+        if isinstance(u, Move) and set(u.sites) & set(discrete):
+            dropped.append((u.name, "some of its sites are discrete and sampled by DiscreteGibbs"))
+        else:
+            final.append(u)
+    reasons = tuple((s, lost.get(s, NO_UPDATE)) for s in (*continuous, *discrete))
+    return GibbsPlan(tuple(final), continuous, discrete, tuple(dropped), observed, reasons)
+
+
+def fallback_warnings(plan: GibbsPlan) -> list[tuple[str, type[Warning]]]:
+    """The messages the kernel gives for a plan's fallback sites (none when there are none)."""
+    out = []
+    swapped, by_design = plan.swapped, plan.by_design
+    if swapped:
+        why = dict(plan.fallback_reasons)
+        parts = "; ".join(f"{s} ({plan.kernel_of(s)}): {why[s]}" for s in swapped)
+        out.append((
+            f"No hand-derived update applies to {parts}. These sites are sampled generically "
+            "through numpyro.infer.Gibbs; inference stays correct, only slower.",
+            ConjugacyFallbackWarning,
+        ))
+    if by_design:
+        names = ", ".join(f"{s} ({plan.kernel_of(s)})" for s in by_design)
+        out.append((
+            f"The update table has no hand-derived update for {names}: by design these sites are "
+            "sampled by NumPyro's generic kernels through numpyro.infer.Gibbs (nothing was "
+            "changed).",
+            GenericKernelNote,
+        ))
+    return out
