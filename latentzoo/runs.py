@@ -31,11 +31,24 @@ __all__ = [
     "point_sizes",
     "guide_point_idata",
     "pick_draws",
+    "map_draws",
+    "MAX_STORED_BYTES",
+    "MIN_STORED_DRAWS",
+    "storage_thinning",
 ]
 
 # D x D covariance per draw grows with D^2: stored up to this D, left out (with its summary)
 # above it, where the per-feature sites still describe the fit.
 MAX_STORED_COV_DIM = 100
+
+# What a run stores per draw (posterior sites and pointwise log-likelihood) grows with N and D;
+# draws beyond this many bytes in all are thinned away (evenly, while sampling), but never below
+# MIN_STORED_DRAWS per chain, so posterior.nc stays bounded while R-hat and ESS stay meaningful.
+MAX_STORED_BYTES = 32 * 2**20
+MIN_STORED_DRAWS = 50
+# Trace plots show at most this many entries of each site (the first ones): a panel of 7129
+# overlaid traces says nothing and took ten minutes to draw.
+MAX_TRACE_ENTRIES = 20
 
 
 def chain_method(chains: int) -> str:
@@ -43,7 +56,7 @@ def chain_method(chains: int) -> str:
     return "parallel" if jax.local_device_count() >= chains > 1 else "sequential"
 
 
-def run_mcmc(kernel, cfg, *model_args, extra_fields=(), init_params=None, **model_kwargs):
+def run_mcmc(kernel, cfg, *model_args, extra_fields=(), init_params=None, thinning=1, **model_kwargs):
     """``numpyro.infer.MCMC`` with the run's chains, warm-up and draws; returns the finished MCMC.
 
     With ``cfg.checkpoint_dir`` set, the draws come in segments saved there after warm-up and
@@ -56,6 +69,7 @@ def run_mcmc(kernel, cfg, *model_args, extra_fields=(), init_params=None, **mode
         num_warmup=cfg.warmup,
         num_samples=cfg.samples,
         num_chains=cfg.chains,
+        thinning=thinning,  # keep every t-th draw (storage_thinning); "~z.<site>" in extra_fields drops a site
         chain_method=chain_method(cfg.chains),
         progress_bar=cfg.progress,
         jit_model_args=True,
@@ -113,6 +127,40 @@ def pick_draws(rng, num_draws: int, max_draws: int = 200, min_replicates: int = 
     if num_draws >= min_replicates:
         return rng.choice(num_draws, size=min(max_draws, num_draws), replace=False)
     return rng.choice(num_draws, size=min_replicates, replace=True)
+
+
+def storage_thinning(chains: int, samples: int, bytes_per_draw: int) -> int:
+    """Keep every t-th draw: the smallest t for which ``chains * (samples // t)`` draws of
+    ``bytes_per_draw`` fit in :data:`MAX_STORED_BYTES`, but never fewer than
+    ``min(samples, MIN_STORED_DRAWS)`` draws per chain (NumPyro keeps ``samples // t``)."""
+    fit = max(1, MAX_STORED_BYTES // max(1, chains * int(bytes_per_draw)))
+    t_budget = -(-samples // fit)
+    t_min = max(1, samples // MIN_STORED_DRAWS)
+    return int(max(1, min(t_budget, t_min)))
+
+
+def map_draws(fn, *draws, shared=(), bytes_per_draw: int, budget: int = 2**26):
+    """``fn(*shared, *one_draw)`` for every draw, in chunks of draws, as a NumPy array.
+
+    ``draws`` are arrays shaped (chains, draws, ...); ``shared`` arguments (the data) are passed
+    whole to every call. ``bytes_per_draw`` is the size of ``fn``'s temporaries for one draw (for
+    a likelihood, a few N x D arrays): chunks hold ``budget // bytes_per_draw`` draws, so memory
+    stays bounded where evaluating all draws at once would hold a (chains, draws, N, D) array.
+    The last chunk is padded to the same size (one compilation). Returns (chains, draws, ...)."""
+    lead = np.shape(draws[0])[:2]
+    n = int(np.prod(lead))
+    flat = [np.asarray(a).reshape(n, *np.shape(a)[2:]) for a in draws]
+    size = int(max(1, min(n, budget // max(1, int(bytes_per_draw)))))
+    batched = jax.jit(jax.vmap(fn, in_axes=(None,) * len(shared) + (0,) * len(draws)))
+    out = []
+    for lo in range(0, n, size):
+        chunk = [a[lo : lo + size] for a in flat]
+        m = chunk[0].shape[0]
+        if m < size:  # repeat the last draw; its results are cut off below
+            chunk = [np.concatenate([c, np.repeat(c[-1:], size - m, axis=0)]) for c in chunk]
+        out.append(np.asarray(batched(*shared, *chunk))[:m])
+    result = np.concatenate(out)
+    return result.reshape(*lead, *result.shape[1:])
 
 
 def is_point_fit(idata) -> bool:
@@ -178,10 +226,18 @@ def write_run(out: str, idata, *, family, method, seconds: float, data_name: str
                 _plot_objective(idata, trace, title)
             else:
                 sites = [s for s in family.trace_sites if s in idata.posterior.data_vars]
-                azx.plot_trace(idata, trace, var_names=sites or None)
+                azx.plot_trace(idata, trace, var_names=sites or None, coords=_trace_coords(idata, sites))
     print_summary(table, title, seconds)
     print(f"\nwrote {out}/posterior.nc, {out}/summary.csv, {out}/trace.png")
     return table
+
+
+def _trace_coords(idata, sites):
+    """Coordinates selecting the first MAX_TRACE_ENTRIES entries along each long site axis."""
+    post = idata.posterior
+    dims = {d for s in sites for d in post[s].dims if d not in ("chain", "draw")}
+    return {d: post[d].values[:MAX_TRACE_ENTRIES] for d in sorted(dims)
+            if post.sizes[d] > MAX_TRACE_ENTRIES} or None
 
 
 def print_summary(table, title: str, seconds: float | None) -> None:

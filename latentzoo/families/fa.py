@@ -2,11 +2,17 @@
 
 Methods: hand-derived Gibbs and NUTS (draws), mean-field CAVI (draws from q), MAP-EM (point),
 and the streaming online EM / SGA of thesis ch. 4 (point, O(DK) memory, reads the file in
-chunks). The identified quantities are ``mu``, ``psi`` and ``cov`` = W Wᵀ + diag(1/psi): ``W``
-itself is identified only up to rotation, so it is stored but never summarised.
+chunks). The identified quantities are ``mu``, ``psi``, ``cov`` = W Wᵀ + diag(1/psi) and
+``factor_variance`` (the eigenvalues of Wᵀ W): ``W`` itself is identified only up to rotation,
+so it is stored (the posterior predictive needs it) but never summarised.
 
+What a run stores per draw (:func:`stored_sites`): ``W``, ``mu``, ``psi``, ``factor_variance``,
+and ``cov`` only for D <= ``COV_SITE_MAX_DIM`` (100; above that its D^2 entries per draw would
+dwarf everything else, so the model does not even record it); never the N x K factors ``z``.
 The stored log-likelihood is the marginal one, log N(x_n; mu, cov) per row, with the factors
-integrated out (pointwise, as LOO / WAIC expect).
+integrated out (pointwise, as LOO / WAIC expect), computed by the Woodbury identity in chunks of
+draws. Draws are thinned while sampling so that all of this stays within
+``runs.MAX_STORED_BYTES`` (at least ``runs.MIN_STORED_DRAWS`` per chain).
 """
 
 from __future__ import annotations
@@ -19,20 +25,52 @@ import numpy as np
 
 from latentzoo import runs
 from latentzoo.data import MATRIX, iter_matrix_chunks
-from latentzoo.models.factor_analysis import default_fa_data, factor_analysis, marginal_log_likelihood
+from latentzoo.models.factor_analysis import (
+    COV_SITE_MAX_DIM,
+    default_fa_data,
+    factor_analysis,
+    factor_variances,
+    marginal_log_likelihood,
+)
 from latentzoo.registry import Family, FamilyChecks, Method, register
 
-__all__ = ["FA", "fa_posterior_predictive"]
-
-_loglik_draws = jax.jit(
-    jax.vmap(jax.vmap(partial(marginal_log_likelihood, per_row=True), (None, 0, 0, 0)), (None, 0, 0, 0))
-)
+__all__ = ["FA", "fa_posterior_predictive", "stored_sites", "stored_bytes_per_draw"]
 
 
-def _cov(W, psi):
-    return W @ jnp.swapaxes(W, -1, -2) + jax.vmap(jnp.diag)(1.0 / psi.reshape(-1, psi.shape[-1])).reshape(
-        *psi.shape, psi.shape[-1]
-    )
+def stored_sites(D: int, K: int) -> dict[str, tuple[int, ...]]:
+    """What an FA run stores per draw, site -> shape: ``W``, ``mu``, ``psi``,
+    ``factor_variance``, and ``cov`` when D <= ``COV_SITE_MAX_DIM``."""
+    sites = {"W": (D, K), "mu": (D,), "psi": (D,), "factor_variance": (K,)}
+    if D <= COV_SITE_MAX_DIM:
+        sites["cov"] = (D, D)
+    return sites
+
+
+def stored_bytes_per_draw(N: int, D: int, K: int) -> int:
+    """Bytes per stored draw: the sites of :func:`stored_sites`, the N pointwise log-likelihood
+    terms and two sample statistics, all float64."""
+    return 8 * (sum(int(np.prod(s)) for s in stored_sites(D, K).values()) + N + 2)
+
+
+def _derived(W, psi) -> dict:
+    """The model's deterministic sites for draws W (..., D, K), psi (..., D) (no D x D above
+    ``COV_SITE_MAX_DIM``)."""
+    W, psi = np.asarray(W), np.asarray(psi)
+    out = {"factor_variance": np.asarray(factor_variances(jnp.asarray(W)))}
+    if W.shape[-2] <= COV_SITE_MAX_DIM:
+        diag = np.zeros(psi.shape + psi.shape[-1:])
+        idx = np.arange(psi.shape[-1])
+        diag[..., idx, idx] = 1.0 / psi
+        out["cov"] = W @ np.swapaxes(W, -1, -2) + diag
+    return out
+
+
+def _loglik(X, W, mu, psi):
+    """Pointwise marginal log-likelihood of draws (chains, draws, ...) -> (chains, draws, N), a
+    bounded number of draws at a time (each holds a few N x D temporaries)."""
+    N, D = X.shape
+    return runs.map_draws(partial(marginal_log_likelihood, per_row=True), W, mu, psi,
+                          shared=(jnp.asarray(X),), bytes_per_draw=4 * 8 * N * D)
 
 
 def _run_mcmc(X, cfg, *, gibbs: bool):
@@ -44,44 +82,44 @@ def _run_mcmc(X, cfg, *, gibbs: bool):
     # K fixes shapes, so it is bound into the model rather than passed as a (traced) argument.
     model = partial(factor_analysis, K=cfg.K)
     kernel = ConjugateGibbs(model, fa_updates()) if gibbs else NUTS(model, target_accept_prob=0.9)
-    Xj = jnp.asarray(X)
-    mcmc = runs.run_mcmc(kernel, cfg, Xj)
+    N, D = X.shape
+    thin = runs.storage_thinning(cfg.chains, cfg.samples, stored_bytes_per_draw(N, D, cfg.K))
+    # the N x K factors are rotation-ambiguous and as large as the data: never collected
+    mcmc = runs.run_mcmc(kernel, cfg, jnp.asarray(X), extra_fields=("~z.z",), thinning=thin)
     post = mcmc.get_samples(group_by_chain=True)
-    ll = _loglik_draws(Xj, post["W"], post["mu"], post["psi"])
-    # the N x K factors are rotation-ambiguous and as large as the data: not stored
-    drop = ("z",) if X.shape[1] <= runs.MAX_STORED_COV_DIM else ("z", "cov")
-    return runs.mcmc_idata(mcmc, log_likelihood={"X": np.asarray(ll)}, drop=drop)
+    ll = _loglik(X, post["W"], post["mu"], post["psi"])
+    return runs.mcmc_idata(mcmc, log_likelihood={"X": ll})
 
 
 def _run_vb(X, cfg):
     from numpyro.infer import Predictive
 
+    from latentzoo import arviz_adapter as azx
     from latentzoo.inference.fa import fit_fa_variational
 
     fit = fit_fa_variational(X, cfg.K, method="vb", seed=cfg.seed, progress_bar=cfg.progress,
                              num_steps=cfg.sweeps or 1000)
-    Xj = jnp.asarray(X)
-    draws = Predictive(
-        factor_analysis, guide=fit.guide, params=fit.params, num_samples=cfg.samples,
-        return_sites=["W", "mu", "psi"],
-    )(jax.random.PRNGKey(cfg.seed + 1), Xj, K=cfg.K)
-    W, mu, psi = draws["W"], draws["mu"], draws["psi"]
-    post = {k: np.asarray(v)[None] for k, v in dict(W=W, mu=mu, psi=psi, cov=_cov(W, psi)).items()}
-    ll = _loglik_draws(Xj, W[None], mu[None], psi[None])
-    from latentzoo import arviz_adapter as azx
-
+    N, D = X.shape
+    # iid draws from q: as many as the storage allows (all of them at small D)
+    S = cfg.samples // runs.storage_thinning(1, cfg.samples, stored_bytes_per_draw(N, D, cfg.K))
+    # draws of the guide alone: the model would be traced per draw for nothing
+    draws = Predictive(fit.guide, params=fit.params, num_samples=S, return_sites=["W", "mu", "psi"])(
+        jax.random.PRNGKey(cfg.seed + 1), jnp.asarray(X), K=cfg.K
+    )
+    post = {k: np.asarray(v)[None] for k, v in draws.items()}
+    post.update(_derived(post["W"], post["psi"]))
+    ll = _loglik(X, post["W"], post["mu"], post["psi"])
     return azx.from_draws(
-        post, observed_data={"X": np.asarray(X)}, log_likelihood={"X": np.asarray(ll)},
-        sample_stats={"elbo": np.full((1, cfg.samples), -float(fit.losses[-1]))},
+        post, observed_data={"X": np.asarray(X)}, log_likelihood={"X": ll},
+        sample_stats={"elbo": np.full((1, S), -float(fit.losses[-1]))},
     )
 
 
 def _point(X, W, mu, psi, objective):
     W, mu, psi = (np.asarray(a, dtype=float) for a in (W, mu, psi))
-    cov = W @ W.T + np.diag(1.0 / psi)
     ll = np.asarray(marginal_log_likelihood(jnp.asarray(X), W, mu, psi, per_row=True))
     return runs.point_idata(
-        {"W": W, "mu": mu, "psi": psi, "cov": cov}, objective,
+        {"W": W, "mu": mu, "psi": psi, **_derived(W, psi)}, objective,
         observed={"X": np.asarray(X)}, log_likelihood={"X": ll},
     )
 
@@ -112,10 +150,19 @@ def _default_stream(cfg):
 
 
 def _column_moments(chunks):
-    """Column means and standard deviations in one streaming pass (Chan et al. merge)."""
-    n, mean, m2 = 0, None, None
+    """Column means and standard deviations in one streaming pass (Chan et al. merge), in units
+    of a power of two that follows the largest |value| seen, so that squares of data on any
+    finite scale (1e200, say) neither overflow nor underflow."""
+    n, mean, m2, unit = 0, None, None, None
     for chunk in chunks:
         k = chunk.shape[0]
+        top = float(max(chunk.max(), -chunk.min()))
+        if top > 0 and (unit is None or top > unit):
+            new = 2.0 ** np.ceil(np.log2(top))
+            if unit is not None:  # earlier moments into the new unit (exact: powers of two)
+                mean, m2 = mean * (unit / new), m2 * (unit / new) ** 2
+            unit = new
+        chunk = chunk / (unit or 1.0)
         cm = chunk.mean(0)
         cm2 = ((chunk - cm) ** 2).sum(0)
         if mean is None:
@@ -128,7 +175,8 @@ def _column_moments(chunks):
             n = tot
     if n < 2:
         raise ValueError(f"At least 2 rows are needed to fit a factor analysis model, got {n}.")
-    sd = np.sqrt(m2 / n)
+    sd = np.sqrt(m2 / n) * (unit or 1.0)
+    mean = mean * (unit or 1.0)
     if np.any(sd == 0):
         raise ValueError(
             f"--standardize needs every column to vary; column {int(np.argmin(sd))} is constant."
@@ -172,8 +220,7 @@ def _run_online(_, cfg, *, variant: str):
     psi_var = model.noise_variance_
     mu = model.mean_
     estimates = {"W": W, "mu": mu, "psi": 1.0 / psi_var}
-    if W.shape[0] <= runs.MAX_STORED_COV_DIM:
-        estimates["cov"] = W @ W.T + np.diag(psi_var)
+    estimates.update(_derived(W, estimates["psi"]))
     # The data is not held in memory; observed_data keeps the last chunk (for checks), and the
     # objective is the running average log-likelihood of each chunk under the model before it.
     return runs.point_idata(estimates, objective, observed={"X_last_chunk": last})
@@ -276,7 +323,7 @@ FA = register(
             Method("online-em", partial(_run_online, variant="em"), kind="point", streaming=True),
             Method("online-sga", partial(_run_online, variant="sga"), kind="point", streaming=True),
         ),
-        identified=("mu", "psi", "cov"),
+        identified=("mu", "psi", "cov", "factor_variance"),
         trace_sites=("psi", "mu"),
         posterior_predictive=fa_posterior_predictive,
         default_K=3,

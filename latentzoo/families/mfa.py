@@ -4,7 +4,14 @@ the labels drawn with the factors integrated out, started from k-means++ seeds p
 
 Identified quantities: the shared noise precisions ``psi``. Component-level sites (``pi``,
 ``mu``, ``cov``) are identified only up to a permutation of the components (label switching), so
-they are stored but their R-hat across chains is not a convergence verdict."""
+they are stored but their R-hat across chains is not a convergence verdict.
+
+Stored per draw: ``pi``, ``mu``, ``W``, ``psi``, and ``cov`` (J, D, D) only for
+D <= ``runs.MAX_STORED_COV_DIM``; never the per-row ``z`` and ``c``, which are not even collected,
+so nothing of size D^2 or N x K is kept per draw. The draws are thinned while sampling to stay
+within ``runs.MAX_STORED_BYTES``. The stored log-likelihood is the marginal one, with the labels
+and factors integrated out: log sum_j pi_j N(x_n; mu_j, W_j W_jᵀ + diag(1/psi)) per row (each
+component by the Woodbury identity, in chunks of draws)."""
 
 from __future__ import annotations
 
@@ -16,12 +23,20 @@ import numpy as np
 
 from latentzoo import runs
 from latentzoo.data import MATRIX
+from latentzoo.models.factor_analysis import marginal_log_likelihood
 from latentzoo.models.mfa import default_mfa_data, mfa
 from latentzoo.registry import Family, FamilyChecks, Method, register
 
-__all__ = ["MFA", "DEFAULT_J"]
+__all__ = ["MFA", "DEFAULT_J", "mfa_marginal_log_likelihood"]
 
 DEFAULT_J = 2
+
+
+def mfa_marginal_log_likelihood(X, pi, W, mu, psi):
+    """Pointwise log p(x_n | pi, W, mu, psi) = log sum_j pi_j N(x_n; mu_j, W_j W_jᵀ + diag(1/psi)).
+    X (N, D), pi (J,), W (J, D, K), mu (J, D), psi (D,) -> (N,)."""
+    per_component = marginal_log_likelihood(X, W, mu, jnp.broadcast_to(psi, mu.shape), per_row=True)
+    return jax.scipy.special.logsumexp(jnp.log(pi)[:, None] + per_component, axis=0)
 
 
 def _run_gibbs(X, cfg):
@@ -37,8 +52,16 @@ def _run_gibbs(X, cfg):
     if cfg.chains == 1:
         init = jax.tree_util.tree_map(lambda a: a[0], init)
     model = partial(mfa, K=cfg.K, J=J)
-    mcmc = runs.run_mcmc(ConjugateGibbs(model, mfa_updates()), cfg, Xj, init_params=init)
-    return runs.mcmc_idata(mcmc, drop=("z", "c"))
+    N, D = X.shape
+    skip = ("z", "c") if D <= runs.MAX_STORED_COV_DIM else ("z", "c", "cov")
+    per_draw = 8 * (J + J * D * (cfg.K + 1) + D + (J * D * D if D <= runs.MAX_STORED_COV_DIM else 0) + N + 2)
+    mcmc = runs.run_mcmc(ConjugateGibbs(model, mfa_updates()), cfg, Xj, init_params=init,
+                         extra_fields=tuple(f"~z.{s}" for s in skip),
+                         thinning=runs.storage_thinning(cfg.chains, cfg.samples, per_draw))
+    post = mcmc.get_samples(group_by_chain=True)
+    ll = runs.map_draws(mfa_marginal_log_likelihood, post["pi"], post["W"], post["mu"], post["psi"],
+                        shared=(Xj,), bytes_per_draw=4 * 8 * J * N * D)
+    return runs.mcmc_idata(mcmc, log_likelihood={"X": ll})
 
 
 def mfa_posterior_predictive(idata, rng_seed=0, max_draws=200):

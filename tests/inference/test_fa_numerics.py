@@ -160,3 +160,80 @@ def test_partial_fit_checks_every_chunk():
     np.testing.assert_array_equal(fa.noise_variance_, psi)
     fa.partial_fit(X * 1e90)  # large but safe: finite
     assert np.all(np.isfinite(fa.noise_variance_))
+
+
+# ------------------------------------------------------------------- storing and evaluating draws
+def test_chunked_log_likelihood_equals_all_draws_at_once():
+    import jax
+    from functools import partial
+
+    from latentzoo import runs
+
+    rng = np.random.default_rng(0)
+    C, S, N, D, K = 3, 7, 11, 6, 2
+    X = rng.normal(size=(N, D))
+    W, mu = rng.normal(size=(C, S, D, K)), rng.normal(size=(C, S, D))
+    psi = rng.gamma(2.0, size=(C, S, D))
+    fn = partial(marginal_log_likelihood, per_row=True)
+    dense = np.asarray(jax.vmap(jax.vmap(fn, (None, 0, 0, 0)), (None, 0, 0, 0))(X, W, mu, psi))
+    # chunks of 4 draws: 21 draws = five full chunks and one padded
+    chunked = runs.map_draws(fn, W, mu, psi, shared=(X,), bytes_per_draw=1000, budget=4000)
+    assert chunked.shape == (C, S, N)
+    np.testing.assert_allclose(chunked, dense, rtol=1e-14, atol=0)
+    one = runs.map_draws(fn, W, mu, psi, shared=(X,), bytes_per_draw=1000, budget=1)  # 1 per chunk
+    np.testing.assert_allclose(one, dense, rtol=1e-14, atol=0)
+
+
+def test_thinning_keeps_posterior_nc_bounded():
+    from latentzoo import runs
+    from latentzoo.families.fa import stored_bytes_per_draw, stored_sites
+
+    # the command's default run (500 x 20, 4 chains x 4000): every 4th draw, 1000 per chain
+    per_draw = stored_bytes_per_draw(500, 20, 3)
+    assert runs.storage_thinning(4, 4000, per_draw) == 4
+    assert 4 * (4000 // 4) * per_draw <= runs.MAX_STORED_BYTES
+    assert runs.storage_thinning(4, 1000, per_draw) == 1  # --quick: nothing thinned
+    # gene-expression shape (72 x 7129): no cov, the minimum of 50 draws per chain, < 100 MB
+    assert "cov" not in stored_sites(7129, 3) and "cov" in stored_sites(100, 3)
+    per_draw = stored_bytes_per_draw(72, 7129, 3)
+    for samples in (4000, 4001, 977):
+        keep = samples // runs.storage_thinning(4, samples, per_draw)
+        assert runs.MIN_STORED_DRAWS <= keep <= runs.MIN_STORED_DRAWS + 1
+        assert 4 * keep * per_draw < 100 * 2**20
+    assert runs.storage_thinning(4, 30, per_draw) == 1  # never fewer than were drawn
+
+
+@pytest.mark.parametrize("method", ["gibbs", "em"])
+def test_runner_above_the_cov_limit_stores_no_d_by_d_site(method):
+    from latentzoo.models.factor_analysis import COV_SITE_MAX_DIM, default_fa_data
+    from latentzoo.registry import RunConfig, get_family
+
+    N, D, K = 12, COV_SITE_MAX_DIM + 5, 2
+    X = default_fa_data(0, N=N, D=D, K=K)
+    cfg = RunConfig(K=K, chains=1, samples=60, warmup=20, sweeps=5)
+    idata = get_family("fa").method(method).run(X, cfg)
+    post = idata.posterior
+    assert set(post.data_vars) == {"W", "mu", "psi", "factor_variance"}
+    draws = post.sizes["chain"] * post.sizes["draw"]
+    W, mu, psi = (np.asarray(post[v]).reshape(draws, *post[v].shape[2:]) for v in ("W", "mu", "psi"))
+    ll = np.asarray(idata.log_likelihood["X"]).reshape(draws, N)
+    np.testing.assert_allclose(ll, np.asarray(marginal_log_likelihood(X, W, mu, psi, per_row=True)),
+                               rtol=1e-12)
+    assert np.all(np.isfinite(np.asarray(post["factor_variance"])))
+
+
+def test_mixture_log_likelihood_equals_the_dense_mixture():
+    from scipy.special import logsumexp
+    from scipy.stats import multivariate_normal
+
+    from latentzoo.families.mfa import mfa_marginal_log_likelihood
+
+    rng = np.random.default_rng(1)
+    N, D, K, J = 8, 5, 2, 3
+    X = rng.normal(size=(N, D))
+    pi = rng.dirichlet(np.ones(J))
+    W, mu, psi = rng.normal(size=(J, D, K)), rng.normal(size=(J, D)), rng.gamma(2.0, size=D)
+    dense = logsumexp([np.log(pi[j]) + multivariate_normal(mu[j], W[j] @ W[j].T + np.diag(1 / psi))
+                       .logpdf(X) for j in range(J)], axis=0)
+    np.testing.assert_allclose(np.asarray(mfa_marginal_log_likelihood(X, pi, W, mu, psi)), dense,
+                               rtol=1e-12)
