@@ -84,9 +84,10 @@ def _reseed(params, X, dead, rng, method, num_pos):
     lam = np.asarray(params["lam"]).copy()
     lam[:, dead] = pi[dead][None, :]
     out = {**params, "theta_loc": jnp.asarray(theta), "pi_loc": jnp.asarray(pi), "lam": jnp.asarray(lam)}
-    if method == "vb":
-        K = theta.shape[0]
-        out["q"] = jnp.full_like(params["q"], 1.0 / K)
+    if method == "vb":  # give the new sources a share of every positive finding's Jensen weights
+        q = np.asarray(params["q"]).copy()
+        q[:, dead] = 1.0 / theta.shape[0]
+        out["q"] = jnp.asarray(q / q.sum(1, keepdims=True))
     return out
 
 
