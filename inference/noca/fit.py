@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import sys
 import time
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -52,6 +53,7 @@ def live_sources(params, N: int, *, min_rows: float = 1.0, min_p: float = 0.05) 
     return (N * pi >= min_rows) & (p_max >= min_p)
 
 
+@partial(jax.jit, static_argnums=(2, 3))
 def _row_scores(params, X, method, num_pos):
     """Per-row objective (exact log p(x_n), or the bound's row terms) minus the row's
     log-likelihood under independent items: low = co-occurrences the sources do not explain."""
@@ -62,14 +64,14 @@ def _row_scores(params, X, method, num_pos):
     N = X.shape[0]
     freq = (X.sum(0) + 0.5) / (N + 1.0)
     indep = X @ jnp.log(freq) + (1.0 - X) @ jnp.log1p(-freq)
-    return np.asarray(ll - indep)
+    return ll - indep
 
 
 def _reseed(params, X, dead, rng, method, num_pos):
     """New start: the dead sources' gates and pi from templates seeded at badly explained rows
     (drawn from the worst 5 % of the rows with two or more findings), the rest unchanged."""
     Xn = np.asarray(X)
-    score = _row_scores(params, X, method, num_pos)
+    score = np.asarray(_row_scores(params, X, method, num_pos))
     cand = np.flatnonzero(Xn.sum(1) >= 2)
     if cand.size < dead.sum():
         return None
