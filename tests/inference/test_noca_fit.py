@@ -87,6 +87,7 @@ def test_restarts_and_sweeps_reach_the_fit_and_progress_goes_to_stderr(capsys):
     assert err.count("restart 1/2: objective") == 1 and err.count("restart 2/2: objective") == 1
 
 
+@pytest.mark.smoke
 def test_family_runner_honours_sweeps_restarts_and_progress(capsys):
     Xtr, _ = _basket(N=200)
     em = next(m for m in get_family("noca").methods if m.name == "em")
