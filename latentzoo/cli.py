@@ -211,11 +211,18 @@ def _load(args, family, cfg):
     return data
 
 
-def _check_finite(idata) -> None:
+def _check_finite(idata, source: str | None = None) -> None:
+    """ValueError naming the first posterior site with NaN or infinity: from a fit (``source``
+    None: nothing is written) or in a stored run ``source`` (nothing is plotted)."""
     import numpy as np
 
     for name, value in idata.posterior.data_vars.items():
         if not np.all(np.isfinite(np.asarray(value))):
+            if source is not None:
+                raise ValueError(
+                    f"{source} holds non-finite values in {name!r}; nothing was plotted. Rerun the "
+                    "fit (a current latentzoo refuses to write such a run)."
+                )
             raise ValueError(
                 f"The fit produced non-finite values in {name!r}; nothing was written. Check the "
                 "data's scale (try --standardize) and constant columns."
@@ -417,6 +424,7 @@ def _cmd_diagnose(args) -> int:
         attrs = azx.posterior_attrs(idata)
     except Exception as err:
         raise ValueError(f"{path} is not a readable InferenceData file ({type(err).__name__}).") from None
+    _check_finite(idata, source=path)
     family = families().get(attrs.get("latentzoo_model"))
     sites = family.identified if family else tuple(idata.posterior.data_vars)
     table = summarise(idata, sites)

@@ -236,6 +236,10 @@ DIAGNOSE_CASES = {
         "not a readable"),
     "posterior.nc is a folder": (
         lambda d: (d / "f" / "posterior.nc").mkdir(parents=True) or d / "f", "not a readable"),
+    "all-NaN posterior": (
+        lambda d: _posterior_nc(d, {"mu": np.full((2, 30, 3), np.nan)},
+                                {"latentzoo_model": "fa", "latentzoo_method": "gibbs"}),
+        "non-finite"),
 }
 
 
