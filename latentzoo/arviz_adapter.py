@@ -390,7 +390,7 @@ def loo(idata, var_name: str | None = None, *, pointwise: bool = False) -> dict 
 
 
 def loo_pit(idata, var_name: str = "X", *, seed: int = 0) -> np.ndarray:
-    """LOO-PIT values P(x_rep_i <= x_i | x_-i), shaped like the observed ``var_name``, by ArviZ's
+    """LOO-PIT values ``P(x_rep_i <= x_i | x_-i)``, shaped like the observed ``var_name``, by ArviZ's
     ``loo_pit`` with PSIS weights from the pointwise log-likelihood.
 
     ``idata`` needs observed_data, log_likelihood and a posterior_predictive group whose draw

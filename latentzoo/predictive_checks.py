@@ -8,11 +8,11 @@ column, or per pair of columns). A family declares its statistics in the registr
 it gets the defaults of its data kind (:data:`DEFAULT_STATISTICS`):
 
 - matrix (and the X of a labelled matrix): per-column mean, variance, max and min; mean and
-  max |correlation| over column pairs (all pairs up to D = 64, a fixed random subset of
+  max absolute correlation over column pairs (all pairs up to D = 64, a fixed random subset of
   :data:`MAX_PAIRS` pairs above) and the correlations of :data:`NUM_SHOWN_PAIRS` fixed pairs;
 - binary matrix: mean, variance and max of the row sums; per-column frequency; mean and max
-  co-occurrence rate P(x_i = 1, x_j = 1) over pairs and the mean |P(x_i x_j) - P(x_i) P(x_j)|
-  (dependence beyond the marginals);
+  co-occurrence rate P(x_i = 1, x_j = 1) over pairs and the mean of
+  ``|P(x_i x_j) - P(x_i) P(x_j)|`` (dependence beyond the marginals);
 - image stack: per-pixel mean, variance, max and min.
 
 The Bayesian p-value of a statistic is ``P(T(x_rep) >= T(x_obs))`` over the replicated data
@@ -136,13 +136,13 @@ def column_min(X):
 
 
 def corr_mean_abs(X):
-    """Mean |correlation| over column pairs (see :data:`MAX_PAIRS`): (..., N, D) -> (...).
+    """Mean absolute correlation over column pairs (see :data:`MAX_PAIRS`): (..., N, D) -> (...).
     A model with too few factors replicates weaker correlations than observed (p near 1)."""
     return np.mean(np.abs(_correlations(X)), axis=-1)
 
 
 def corr_max_abs(X):
-    """Largest |correlation| over column pairs (see :data:`MAX_PAIRS`): (..., N, D) -> (...)."""
+    """Largest absolute correlation over column pairs (see :data:`MAX_PAIRS`): (..., N, D) -> (...)."""
     return np.max(np.abs(_correlations(X)), axis=-1)
 
 
@@ -193,7 +193,7 @@ def cooccurrence_max(X):
 
 
 def dependence_mean(X):
-    """Mean over column pairs of |P(x_i = 1, x_j = 1) - P(x_i = 1) P(x_j = 1)| (the empirical
+    """Mean over column pairs of ``|P(x_i = 1, x_j = 1) - P(x_i = 1) P(x_j = 1)|`` (the empirical
     covariance of binary columns): (..., N, D) -> (...). Zero for independent columns; shared
     sources raise it."""
     co, i, j = _cooccurrence(X)
@@ -251,7 +251,7 @@ def statistics_for(family) -> Mapping[str, Statistic]:
 
 # ------------------------------------------------------------------------ evaluation
 def as_columns(X, event_ndim: int) -> np.ndarray:
-    """(..., N, *event) -> (..., N, prod(event)) float64: image stacks as one column per pixel."""
+    """``(..., N, *event) -> (..., N, prod(event))`` float64: image stacks as one column per pixel."""
     X = np.asarray(X, dtype=np.float64)
     if event_ndim == 1:
         return X
