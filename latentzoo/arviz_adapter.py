@@ -22,6 +22,7 @@ matplotlib.use("Agg")  # files only, no display; set before pyplot is imported
 
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.collections import LineCollection  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
@@ -69,6 +70,8 @@ _SUMMARY_RENAMES_1X = {"hdi94_lb": "hdi_3%", "hdi94_ub": "hdi_97%"}
 # ArviZ 0.2x's default display rounding, applied on both lines to raw numbers.
 _SUMMARY_DECIMALS = {"mean": 3, "sd": 3, "hdi_3%": 3, "hdi_97%": 3, "ess_bulk": 0, "ess_tail": 0,
                      "r_hat": 2}
+# Line styles of the chains in 0.2x's compact trace plots (colours tell vector components apart).
+_CHAIN_STYLES = ["solid", "dotted", "dashed", "dashdot", (0, (5, 1)), (0, (1, 3)), (0, (3, 1, 1, 1))]
 # Fewest draws (chains x draws) for PSIS-LOO: below 30, 1.x's Pareto tail (20% of the draws)
 # is too short to fit and it returns NaN shape estimates or raises.
 _LOO_MIN_DRAWS = 30
@@ -556,8 +559,18 @@ def plot_trace(idata, path: str, var_names=None, coords=None, title: str | None 
                 collection.add_legend("chain")
             fig = _figure_of_collection(collection)
         else:
-            fig = _figure_of(az.plot_trace(idata, var_names=names, coords=coords, compact=True,
-                                           legend=chains))
+            # 0.2x's legend=True also lists every vector component (dozens of entries for a
+            # per-feature site): chains get known line styles and a legend of their own instead.
+            n_chains = idata.posterior.sizes.get("chain", 1)
+            styles = [_CHAIN_STYLES[c % len(_CHAIN_STYLES)] for c in range(n_chains)]
+            axes = np.atleast_2d(az.plot_trace(idata, var_names=names, coords=coords, compact=True,
+                                               chain_prop={"linestyle": styles}))
+            fig = axes[0, 0].figure
+            if chains:
+                handles = [Line2D([], [], color="0.3", linestyle=style, label=str(c))
+                           for c, style in enumerate(styles)]
+                axes[0, -1].legend(handles=handles, title="chain", fontsize=7, title_fontsize=7,
+                                   loc="upper right")
     _suptitle(fig, title)
     _savefig(fig, path)
 
