@@ -101,7 +101,11 @@ TESTS = {
         "tests/inference/test_gibbs_builder.py",
         "tests/inference/test_fa_checks.py",
     ],
-    "inference/cavi.py": ["tests/inference/test_cavi_driver.py", "tests/inference/test_fa_vb.py"],
+    "inference/cavi.py": [
+        "tests/inference/test_mutation_gaps_cavi.py",
+        "tests/inference/test_cavi_driver.py",
+        "tests/inference/test_fa_vb.py",
+    ],
     "inference/cavi_blocks.py": ["tests/inference/test_cavi_driver.py", "tests/inference/test_fa_vb.py"],
     "inference/checks.py": [
         "tests/inference/test_update_checks.py",
