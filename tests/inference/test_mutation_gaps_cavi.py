@@ -83,3 +83,20 @@ def test_init_state_starts_the_first_restart_only():
     second = cavi.run(jax.random.split(key, 2)[1], 2, X, progress_bar=False)
     np.testing.assert_array_equal(res.params["loc"], second.params["loc"])
     assert float(res.params["loc"]) != 40.0
+
+
+def halfway(params, x):  # halves the distance to the optimum: ELBO gains shrink 4-fold a sweep
+    return {k: 0.5 * (params[k] + OPTIMUM[k]) for k in params}
+
+
+def test_stops_at_the_first_sweep_whose_change_is_within_rtol_of_the_elbo():
+    # |ELBO| ~ 30 here, so a tolerance relative to it (rtol * |ELBO|) and one divided by it
+    # (rtol / |ELBO|) stop about five sweeps apart; the stopping rule is checked on the trace.
+    cavi = CAVI(model, guide, CoordinateAscent(random_start, halfway, elbo))
+    rtol = 1e-6
+    res = cavi.run(jax.random.PRNGKey(0), 200, X, progress_bar=False, rtol=rtol,
+                   init_params={"loc": 30.0, "scale": 3.0})
+    elbos = np.concatenate([[float(elbo({"loc": 30.0, "scale": 3.0}, X))], -np.asarray(res.losses)])
+    within = np.abs(np.diff(elbos)) <= rtol * np.maximum(1.0, np.abs(elbos[:-1]))
+    assert 5 < len(res.losses) < 200
+    assert within[-1] and not within[:-1].any()
