@@ -104,8 +104,12 @@ def marginal_log_likelihood(X, W, mu, psi, *, per_row: bool = False):
     D, K = W.shape[-2:]
     R = X - mu[..., None, :]  # (..., N, D)
     WP = W * psi[..., :, None]  # Psi W, (..., D, K)
-    L = jnp.linalg.cholesky(jnp.eye(K, dtype=W.dtype) + jnp.swapaxes(W, -1, -2) @ WP)
-    M = jnp.swapaxes(jax.scipy.linalg.cho_solve((L, True), jnp.swapaxes(R @ WP, -1, -2)), -1, -2)
+    eye = jnp.eye(K, dtype=W.dtype)
+    L = jnp.linalg.cholesky(eye + jnp.swapaxes(W, -1, -2) @ WP)
+    # P^-1 from the K x K triangular inverse, applied as a product: XLA's CPU triangular solve
+    # with N right-hand sides is ~100x slower (and m's round-off enters only to second order)
+    L_inv = jax.scipy.linalg.solve_triangular(L, jnp.broadcast_to(eye, L.shape), lower=True)
+    M = (R @ WP) @ (jnp.swapaxes(L_inv, -1, -2) @ L_inv)  # (..., N, K) rows m_n = P^-1 W' Psi r_n
     E = R - M @ jnp.swapaxes(W, -1, -2)  # (..., N, D): r - W m per row
     quad = jnp.sum(E * E * psi[..., None, :], axis=-1) + jnp.sum(M * M, axis=-1)
     logdet = 2.0 * jnp.sum(jnp.log(jnp.diagonal(L, axis1=-2, axis2=-1)), axis=-1) - jnp.sum(

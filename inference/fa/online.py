@@ -152,7 +152,10 @@ class OnlineFactorAnalysis:
         Observation count after which the default EM also averages its batch statistics
         uniformly; the fitted parameters come from one M-step on these averages.
     psi_floor : float
-        Lower bound on each noise variance relative to that feature's variance (default EM).
+        Default EM: each noise variance is at least ``psi_floor * max(var_d, psi_floor * s)``,
+        ``var_d`` the feature's variance and ``s`` the mean variance of all features: relative to
+        the feature, and for a constant feature (a pixel that is always 0) ``psi_floor**2 * s``,
+        tiny but on the data's scale (:func:`~latentzoo.inference.fa.online_kernels.noise_floor`).
     parameter_expansion : bool
         Default EM only: PX-EM M-step (Liu, Rubin & Wu 1998), ``F = A L^-T`` with
         ``H = L L^T`` instead of ``F = A H^-1``. Same fixed points; it removes the slow
