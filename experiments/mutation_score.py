@@ -588,10 +588,17 @@ def main(argv=None):
                          "with --merge their new outcomes replace the old ones in the --json file")
     ap.add_argument("--merge-from", nargs="+", metavar="JSON",
                     help="run nothing: merge these results files (of parallel runs) into the --json file")
+    ap.add_argument("--report", metavar="JSON",
+                    help="run nothing: print the table of a results file (with --markdown, as in the docs)")
+    ap.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     ap.add_argument("--no-cache", action="store_true",
                     help="compile everything afresh instead of starting from a copy of the tests' JAX cache")
     ap.add_argument("--list", action="store_true", help="only list the selected mutants")
     args = ap.parse_args(argv)
+    if args.report:
+        with open(args.report) as f:
+            print_table(json.load(f), markdown=args.markdown)
+        return 0
     if (args.merge or args.merge_from) and not args.json:
         ap.error("--merge and --merge-from need --json")
     if args.merge_from:
@@ -762,8 +769,10 @@ def _write(path, results):
     os.replace(tmp, path)
 
 
-def print_table(results):
+def print_table(results, markdown=False):
     rows = [(mod, e) for mod, e in results["modules"].items() if "n" in e]
+    if markdown:
+        return print_markdown(rows)
     print(f"\n{'module':34s} {'mutants':>7s} {'killed':>6s} {'equiv':>5s} {'survived':>8s} {'timeout':>7s} "
           f"{'score':>6s}")
     for mod, e in rows:
@@ -783,6 +792,27 @@ def print_table(results):
             eq = f"  [equivalent: {m['equivalent']}]" if m.get("equivalent") else ""
             print(f"  {mod}:{m['line']} [{m['function']}] {m['operator']}{eq}\n"
                   f"    - {m['original'].strip()}\n    + {m['mutated'].strip()}")
+
+
+def print_markdown(rows):
+    """The per-module table of docs/mutation_testing.md."""
+    print("| module | mutants | killed | equivalent | survived (not equivalent) | score | commit | tests run |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for mod, e in sorted(rows):
+        eq = e.get("equivalent", 0)
+        score = "–" if e["score"] is None else f"{e['score']:.2f}"
+        if e.get("to_remeasure"):
+            score += " (to re-measure)"
+        heads = [e["run"]["repo_head"][:7]] + [h[:7] for h in e.get("reruns", [])]
+        tests = e.get("rerun_tests") or e["tests"]
+        names = ", ".join(t.rsplit("/", 1)[-1].removesuffix(".py") for t in tests)
+        print(f"| `{mod}` | {e['n']} | {e['killed'] + e['timed_out']} | {eq} | {e['survived'] - eq} | "
+              f"{score} | {' + '.join(heads)} | {names} |")
+    tot = sum(e["n"] - e.get("equivalent", 0) for _, e in rows)
+    dead = sum(e["killed"] + e["timed_out"] for _, e in rows)
+    if tot:
+        print(f"| **total** | {sum(e['n'] for _, e in rows)} | {dead} | "
+              f"{sum(e.get('equivalent', 0) for _, e in rows)} | {tot - dead} | {dead / tot:.2f} | | |")
 
 
 if __name__ == "__main__":
