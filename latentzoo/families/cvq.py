@@ -4,6 +4,8 @@ states (``em``, K <= 16), and the hand-derived Gibbs sampler (``gibbs``)."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import jax.numpy as jnp
 import numpy as np
 
@@ -32,7 +34,8 @@ def _run_gibbs(X, cfg):
     from latentzoo.inference.gibbs import ConjugateGibbs
 
     cfg = cfg._replace(samples=min(cfg.samples, 50), warmup=min(cfg.warmup, 50)) if cfg.quick else cfg
-    mcmc = runs.run_mcmc(ConjugateGibbs(cvq, cvq_updates()), cfg, jnp.asarray(X), K=cfg.K)
+    # K fixes shapes: bound into the model, since MCMC traces the model's arguments
+    mcmc = runs.run_mcmc(ConjugateGibbs(partial(cvq, K=cfg.K), cvq_updates()), cfg, jnp.asarray(X))
     return runs.mcmc_idata(mcmc, drop=("s",))
 
 
