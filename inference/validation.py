@@ -37,7 +37,7 @@ def _check_finite(X, name):
 
 
 def _max_abs(X, chunk_elems: int = 1 << 20) -> float:
-    """max |x| without a full-size temporary (chunks of rows; a 1-D array is one row)."""
+    """The largest absolute value without a full-size temporary (chunks of rows; a 1-D array is one row)."""
     X2 = X.reshape(1, -1) if X.ndim < 2 else X.reshape(X.shape[0], -1)
     if X2.size == 0:
         return 0.0
@@ -51,7 +51,7 @@ def _max_abs(X, chunk_elems: int = 1 << 20) -> float:
 
 def check_scale(X, name: str = "the data") -> None:
     """Refuse finite data whose scale would overflow (or underflow) float64 second moments:
-    largest |value| above :data:`MAX_ABS_VALUE` (1e100), or non-zero but below
+    largest absolute value above :data:`MAX_ABS_VALUE` (1e100), or non-zero but below
     :data:`MIN_ABS_SCALE` (1e-100). One ValueError sentence naming the value and the remedy."""
     top = _max_abs(np.asarray(X))
     if top > MAX_ABS_VALUE:

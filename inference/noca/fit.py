@@ -119,7 +119,7 @@ def fit_noca(
         seed, restarts: R starts with keys split from ``seed``; the best final objective is kept.
         rounds: at most this many re-seedings of switched-off sources per start (0: none).
         progress_bar: a bar per run and one line per start on stderr.
-        rtol: stop a run when the objective changes by less than ``rtol`` x |objective|.
+        rtol: stop a run when the objective changes by less than ``rtol`` times the objective's absolute value.
         init_params: entries that override the data-driven start (first start only).
         algo_kwargs: go to :func:`~latentzoo.inference.noca.blocks.noca_vem` or
             :func:`~latentzoo.inference.noca.blocks.noca_exact_em`.
