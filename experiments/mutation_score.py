@@ -173,6 +173,13 @@ EQUIVALENT = {
      "cols = new if lo == 0 else cols.at[:, lo:].set(new)",
      "cols = new if lo == (1) else cols.at[:, lo:].set(new)"):
         "lo = n_full * block is 0 or a multiple of block > 1, never 1; for lo == 0 both branches give new",
+    ("inference/gaussian.py", "gaussian_draw",
+     "return mean + eps @ factor  # rows: (L^{-T} e)ᵀ = eᵀ L^{-1}",
+     "return (mean - eps @ factor)  # rows: (L^{-T} e)ᵀ = eᵀ L^{-1}"):
+        "eps is standard normal, so -eps has the same law: the draw's distribution is unchanged "
+        "(only which draw a given key yields)",
+    ("inference/gaussian.py", "gaussian_draw", "return mean + noise", "return (mean - noise)"):
+        "noise is a linear map of a standard normal eps, so -noise has the same law",
     ("inference/gaussian.py", "precision_solve",
      "mean = jsl.cho_solve((L, True), b[..., None])[..., 0]",
      "mean = jsl.cho_solve((L, True), b[..., None])[..., (1)]"):
