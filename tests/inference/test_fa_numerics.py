@@ -30,8 +30,11 @@ def _standardised(X):
 
 def _sklearn_score(X, K):
     from sklearn.decomposition import FactorAnalysis
+    from threadpoolctl import threadpool_limits
 
-    return FactorAnalysis(K, random_state=0).fit(X).score(X)
+    # one BLAS thread: next to JAX's threads a 1797 x 61 fit took 25 s instead of 0.3 s
+    with threadpool_limits(1):
+        return FactorAnalysis(K, random_state=0).fit(X).score(X)
 
 
 def _stream(model, X, chunk=200):
@@ -118,6 +121,7 @@ def test_batch_em_and_vb_on_digits_with_constant_columns(digits, method):
 
 
 # ------------------------------------------------------------------------------ extreme scales
+@pytest.mark.smoke
 @pytest.mark.parametrize("scale", [1e200, 1e308 / 4, 1e-150])
 def test_matrix_validator_refuses_data_whose_squares_overflow(scale):
     X = np.random.default_rng(0).normal(size=(20, 4)) * scale
@@ -163,6 +167,7 @@ def test_partial_fit_checks_every_chunk():
 
 
 # ------------------------------------------------------------------- storing and evaluating draws
+@pytest.mark.smoke
 def test_chunked_log_likelihood_equals_all_draws_at_once():
     import jax
     from functools import partial
@@ -203,7 +208,7 @@ def test_thinning_keeps_posterior_nc_bounded():
     assert runs.storage_thinning(4, 30, per_draw) == 1  # never fewer than were drawn
 
 
-@pytest.mark.parametrize("method", ["gibbs", "em"])
+@pytest.mark.parametrize("method", ["gibbs", pytest.param("em", marks=pytest.mark.smoke)])
 def test_runner_above_the_cov_limit_stores_no_d_by_d_site(method):
     from latentzoo.models.factor_analysis import COV_SITE_MAX_DIM, default_fa_data
     from latentzoo.registry import RunConfig, get_family

@@ -43,6 +43,7 @@ def test_factor_variances_are_the_rotation_invariant_spectrum_of_the_loadings():
     assert np.all(np.diff(fv) <= 0)  # descending: no label switching between draws
 
 
+@pytest.mark.smoke
 @pytest.mark.parametrize("D, K", [(1, 1), (5, 2), (12, 4)])
 def test_woodbury_log_likelihood_equals_the_dense_gaussian(D, K):
     rng = np.random.default_rng(D)
