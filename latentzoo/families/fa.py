@@ -17,6 +17,7 @@ draws. Draws are thinned while sampling so that all of this stays within
 
 from __future__ import annotations
 
+import os
 from functools import partial
 
 import jax
@@ -24,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from latentzoo import runs
+from latentzoo.inference.validation import check_scale
 from latentzoo.data import MATRIX, iter_matrix_chunks
 from latentzoo.models.factor_analysis import (
     COV_SITE_MAX_DIM,
@@ -206,6 +208,8 @@ def _run_online(_, cfg, *, variant: str):
                 raise ValueError(
                     f"K={cfg.K} must be smaller than the number of columns D={chunk.shape[1]}."
                 )
+            if not cfg.standardize:  # (standardised chunks are on a safe scale by construction)
+                check_scale(chunk, os.path.basename(cfg.data_path or "the default data"))
             chunk = (chunk - shift) / scale
             model.partial_fit(chunk)
             n_rows += chunk.shape[0]

@@ -242,3 +242,26 @@ def test_mixture_log_likelihood_equals_the_dense_mixture():
                        .logpdf(X) for j in range(J)], axis=0)
     np.testing.assert_allclose(np.asarray(mfa_marginal_log_likelihood(X, pi, W, mu, psi)), dense,
                                rtol=1e-12)
+
+
+def test_streaming_run_refuses_a_huge_csv_unless_standardised(tmp_path, capsys):
+    from latentzoo.cli import main
+
+    rng = np.random.default_rng(0)
+    X = (rng.normal(size=(200, 2)) @ rng.normal(size=(2, 5)) + rng.normal(size=(200, 5))) * 1e200
+    path = tmp_path / "huge.csv"
+    np.savetxt(path, X, delimiter=",")
+    argv = ["run", "fa", "--method", "online-em", "--data", str(path), "--K", "2",
+            "--chunk-size", "64", "--no-progress", "--out"]
+    assert main(argv + [str(tmp_path / "raw")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "huge.csv" in err and "overflow" in err and "\n" not in err
+    assert not (tmp_path / "raw").exists()
+    # the column moments are computed in a unit that follows the data: no overflow
+    assert main(argv + [str(tmp_path / "std"), "--standardize"]) == 0
+    from latentzoo import arviz_adapter as azx
+
+    idata = azx.load(str(tmp_path / "std" / "posterior.nc"))
+    for name in idata.posterior.data_vars:
+        assert np.all(np.isfinite(np.asarray(idata.posterior[name])))
+    np.testing.assert_allclose(np.asarray(idata.posterior["mu"])[0, 0], 0.0, atol=0.1)
