@@ -174,9 +174,12 @@ def test_manifest_cannot_name_a_file_outside_the_folder(tmp_path):
 
 
 # ------------------------------------------------------------------ signals
+# The child shares the tests' JAX compilation cache: the conftest makes its writes atomic, so a
+# child killed while writing an entry cannot leave a torn entry for other processes to load.
 _CHILD = """
-import os, sys, time
+import os, runpy, sys, time
 sys.path.insert(0, {root!r})
+runpy.run_path(os.path.join({root!r}, "tests", "conftest.py"))
 import latentzoo.arviz_adapter as azx
 real = azx.save
 

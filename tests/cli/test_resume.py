@@ -104,9 +104,12 @@ def _mcmc_args(data, out, flag="--out"):
             flag, str(out)]
 
 
+# The child shares the tests' JAX compilation cache: the conftest makes its writes atomic, so a
+# child killed while writing an entry cannot leave a torn entry for other processes to load.
 _SLOW_SEGMENTS = """
-import sys, time
+import os, runpy, sys, time
 sys.path.insert(0, {root!r})
+runpy.run_path(os.path.join({root!r}, "tests", "conftest.py"))
 import latentzoo.checkpoint as ck
 real = ck.save_tree
 
