@@ -25,8 +25,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from latentzoo import runs
-from latentzoo.inference.validation import check_scale
 from latentzoo.data import MATRIX, iter_matrix_chunks
+from latentzoo.inference.validation import check_scale
 from latentzoo.models.factor_analysis import (
     COV_SITE_MAX_DIM,
     default_fa_data,
