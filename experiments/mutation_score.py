@@ -180,6 +180,16 @@ EQUIVALENT = {
         "(only which draw a given key yields)",
     ("inference/gaussian.py", "gaussian_draw", "return mean + noise", "return (mean - noise)"):
         "noise is a linear map of a standard normal eps, so -noise has the same law",
+    ("inference/gaussian.py", "gaussian_draw",
+     "noise = jsl.solve_triangular(jnp.swapaxes(factor, -1, -2), eps[..., None], lower=False)[..., 0]",
+     "noise = jsl.solve_triangular(jnp.swapaxes(factor, -1, -2), eps[..., None], lower=False)[..., (1)]"):
+        "the last axis has size 1 and JAX clamps an out-of-range static index to it: the same element",
+    ("inference/gibbs.py", "read_model",
+     "tr = trace(substitute(seed(model, jax.random.PRNGKey(0)), data=values)).get_trace(",
+     "tr = trace(substitute(seed(model, jax.random.PRNGKey((1))), data=values)).get_trace("):
+        "the key only draws sites that values leaves out: sweeps, moves and checks pass every "
+        "latent site, and the CAVI planner (empty values) reads only each site's family and "
+        "whether it is observed, which no draw changes",
     ("inference/gaussian.py", "precision_solve",
      "mean = jsl.cho_solve((L, True), b[..., None])[..., 0]",
      "mean = jsl.cho_solve((L, True), b[..., None])[..., (1)]"):
