@@ -113,6 +113,7 @@ def main(argv=None):
                                                                 for x in rows if x["method"] == m]))}
                for m in methods}
     summary["config"] = {"N": N, "seeds": seeds, "restarts": restarts, "rounds": a.rounds, "steps": steps}
+    summary["rows"] = rows
     print("\n| method | " + " | ".join(f"seed {s}" for s in range(seeds)) + " | mean recovered / 8 |")
     print("|---|" + "---|" * (seeds + 1))
     for m in methods:
