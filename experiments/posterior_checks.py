@@ -287,6 +287,7 @@ def parse(argv):
 
 def run(args) -> int:
     from latentzoo import arviz_adapter as azx
+    from latentzoo import arviz_plots as azp
     from latentzoo import predictive_checks as pc
     from latentzoo.registry import RunConfig, get_family
     from latentzoo.results import atomic_write_text, staged_run_dir
@@ -365,13 +366,13 @@ def run(args) -> int:
     with staged_run_dir(out) as stage:
         atomic_write_text(os.path.join(stage, "checks.csv"), table.to_csv(index=False))
         atomic_write_text(os.path.join(stage, "columns.csv"), columns.to_csv(index=False))
-        azx.plot_predictive_columns(X, prior_X, os.path.join(stage, "prior_columns.png"),
+        azp.plot_predictive_columns(X, prior_X, os.path.join(stage, "prior_columns.png"),
                                     title=f"{title}: prior predictive", label="prior replicate")
-        azx.plot_predictive_columns(X, post_X, os.path.join(stage, "ppc_columns.png"), columns=shown,
+        azp.plot_predictive_columns(X, post_X, os.path.join(stage, "ppc_columns.png"), columns=shown,
                                     title=f"{title}: posterior predictive (most extreme columns)",
                                     annotations=_annotations(posterior, shown))
         if pit is not None:
-            azx.plot_loo_pit(pit, os.path.join(stage, "loo_pit.png"), title=f"{title}: LOO-PIT")
+            azp.plot_loo_pit(pit, os.path.join(stage, "loo_pit.png"), title=f"{title}: LOO-PIT")
         text = json.dumps(_json_safe(report), indent=1, allow_nan=False)
         atomic_write_text(os.path.join(stage, "results.json"), text + "\n")
 

@@ -1,4 +1,4 @@
-"""Every ArviZ call the project makes, in one place.
+"""Every ArviZ call the project makes, in one place (its plots in :mod:`latentzoo.arviz_plots`).
 
 ArviZ 0.2x (Python 3.11) and ArviZ 1.x (Python >= 3.12, built on ``arviz-base`` / ``arviz-stats``
 / ``arviz-plots`` and ``xarray.DataTree``) differ in converters, group access, summary column
@@ -12,21 +12,17 @@ variable names use :func:`group_names`, :func:`posterior_attrs`, :func:`posterio
 
 from __future__ import annotations
 
-import io
 import numbers
 import warnings
 
 import matplotlib
 
-matplotlib.use("Agg")  # files only, no display; set before pyplot is imported
+matplotlib.use("Agg")  # files only, no display; set before ArviZ imports pyplot
 
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.collections import LineCollection  # noqa: E402
-from matplotlib.lines import Line2D  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from latentzoo.results import atomic_savefig, atomic_write  # noqa: E402
+from latentzoo.results import atomic_write  # noqa: E402
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", FutureWarning)  # 0.2x announces the 1.x refactor on import
@@ -40,13 +36,7 @@ __all__ = [
     "summary",
     "save",
     "load",
-    "plot_trace",
-    "plot_rank",
-    "plot_ppc",
-    "plot_predictive_columns",
-    "plot_loo_pit",
     "loo_pit",
-    "run_title",
     "add_posterior_predictive",
     "group_names",
     "posterior_attrs",
@@ -70,8 +60,6 @@ _SUMMARY_RENAMES_1X = {"hdi94_lb": "hdi_3%", "hdi94_ub": "hdi_97%"}
 # ArviZ 0.2x's default display rounding, applied on both lines to raw numbers.
 _SUMMARY_DECIMALS = {"mean": 3, "sd": 3, "hdi_3%": 3, "hdi_97%": 3, "ess_bulk": 0, "ess_tail": 0,
                      "r_hat": 2}
-# Line styles of the chains in 0.2x's compact trace plots (colours tell vector components apart).
-_CHAIN_STYLES = ["solid", "dotted", "dashed", "dashdot", (0, (5, 1)), (0, (1, 3)), (0, (3, 1, 1, 1))]
 # Fewest draws (chains x draws) for PSIS-LOO: below 30, 1.x's Pareto tail (20% of the draws)
 # is too short to fit and it returns NaN shape estimates or raises.
 _LOO_MIN_DRAWS = 30
@@ -493,231 +481,14 @@ def load(path: str):
         return az.from_netcdf(path, engine="h5netcdf")
 
 
-# --------------------------------------------------------------------------- plots
-def _savefig(fig, path, palette: bool = False):
-    """Save and close ``fig`` (atomically). ``palette``: a PNG of 128 colours, for plots of many
-    anti-aliased curves (a quarter of the size, no visible change)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # tight_layout on crowded grids
-        fig.tight_layout()  # ArviZ's grids otherwise let titles run into tick labels
-        if palette and path.lower().endswith(".png"):
-            from PIL import Image  # matplotlib's own dependency
-
-            buffer = io.BytesIO()
-            fig.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
-            buffer.seek(0)
-            image = Image.open(buffer).convert("RGB").quantize(colors=128)
-            atomic_write(path, lambda tmp: image.save(tmp, format="png", optimize=True))
-        else:
-            atomic_savefig(fig, path, dpi=90, bbox_inches="tight")
-    plt.close(fig)
+_PLOTS = frozenset({"plot_trace", "plot_rank", "plot_ppc", "plot_predictive_columns", "plot_loo_pit",
+                    "run_title"})
 
 
-def _figure_of(axes):
-    return np.ravel(np.asarray(axes))[0].figure
+def __getattr__(name):
+    # the plots live in latentzoo.arviz_plots; the spellings azx.plot_* of earlier code still work
+    if name in _PLOTS:
+        from latentzoo import arviz_plots
 
-
-def _figure_of_collection(plot_collection):
-    """The matplotlib Figure of an arviz-plots PlotCollection (bare, or in a 0-d DataArray)."""
-    fig = plot_collection.get_viz("figure")
-    fig = getattr(fig, "values", fig)
-    return fig.item() if isinstance(fig, np.ndarray) else fig
-
-
-def run_title(idata) -> str | None:
-    """"model / method on data" from the run metadata on the posterior (as ``latentzoo run``
-    stores it), or None when there is none."""
-    if "posterior" not in group_names(idata):
-        return None
-    attrs = posterior_attrs(idata)
-    model, method = attrs.get("latentzoo_model"), attrs.get("latentzoo_method")
-    if model is None and method is None:
-        return None
-    title = f"{model or '?'} / {method or '?'}"
-    return f"{title} on {attrs['latentzoo_data']}" if "latentzoo_data" in attrs else title
-
-
-def _suptitle(fig, title):
-    if title:
-        fig.suptitle(title)
-
-
-def plot_trace(idata, path: str, var_names=None, coords=None, title: str | None = None) -> None:
-    """Trace plot (marginal density and draws per chain, one row per variable) saved as PNG,
-    with a legend of the chains (when there are several) and a title: ``title``, else
-    "model / method on data" from the run metadata (:func:`run_title`)."""
-    names = _var_list(idata, var_names)
-    title = title or run_title(idata)
-    chains = idata.posterior.sizes.get("chain", 1) > 1
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        if ARVIZ_1:
-            collection = az.plot_trace_dist(
-                idata, var_names=names, coords=coords, compact=True, backend="matplotlib"
-            )
-            if chains:
-                collection.add_legend("chain")
-            fig = _figure_of_collection(collection)
-        else:
-            # 0.2x's legend=True also lists every vector component (dozens of entries for a
-            # per-feature site): chains get known line styles and a legend of their own instead.
-            n_chains = idata.posterior.sizes.get("chain", 1)
-            styles = [_CHAIN_STYLES[c % len(_CHAIN_STYLES)] for c in range(n_chains)]
-            axes = np.atleast_2d(az.plot_trace(idata, var_names=names, coords=coords, compact=True,
-                                               chain_prop={"linestyle": styles}))
-            fig = axes[0, 0].figure
-            if chains:
-                handles = [Line2D([], [], color="0.3", linestyle=style, label=str(c))
-                           for c, style in enumerate(styles)]
-                axes[0, -1].legend(handles=handles, title="chain", fontsize=7, title_fontsize=7,
-                                   loc="upper right")
-    _suptitle(fig, title)
-    _savefig(fig, path)
-
-
-def plot_rank(idata, path: str, var_names=None, coords=None) -> None:
-    """Rank plot (chains' rank distributions; uniform when they mix) saved as PNG."""
-    names = _var_list(idata, var_names)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        if ARVIZ_1:
-            fig = _figure_of_collection(
-                az.plot_rank(idata, var_names=names, coords=coords, backend="matplotlib")
-            )
-        else:
-            fig = _figure_of(az.plot_rank(idata, var_names=names, coords=coords))
-    _savefig(fig, path)
-
-
-def plot_ppc(idata, path: str, var_names=None, num_pp_samples=100, title: str | None = None) -> None:
-    """Posterior predictive check saved as PNG: for data with several columns ((N, D) or an
-    image stack), one panel per column (:func:`plot_predictive_columns`: the first 16); else
-    ArviZ's density of replicated vs observed data. Titled ``title``, else "model / method on
-    data" from the run metadata (:func:`run_title`)."""
-    if "posterior_predictive" not in group_names(idata):
-        raise ValueError("plot_ppc needs a posterior_predictive group; see add_posterior_predictive.")
-    names = [var_names] if isinstance(var_names, str) else var_names
-    if names is None:
-        names = [str(n) for n in idata.posterior_predictive.data_vars]
-    title = title or run_title(idata)
-    if len(names) == 1 and "observed_data" in group_names(idata) \
-            and names[0] in idata.observed_data.data_vars:
-        observed = np.asarray(idata.observed_data[names[0]])
-        if observed.ndim >= 2 and np.prod(observed.shape[1:]) > 1:
-            replicated = idata.posterior_predictive[names[0]].transpose("chain", "draw", ...).values
-            replicated = np.asarray(replicated).reshape(-1, *observed.shape)
-            plot_predictive_columns(observed, replicated, path, num_samples=num_pp_samples,
-                                    title=title)
-            return
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        if ARVIZ_1:
-            n_draws = idata.posterior_predictive.sizes["chain"] * idata.posterior_predictive.sizes["draw"]
-            fig = _figure_of_collection(az.plot_ppc_dist(
-                idata, var_names=var_names, kind="kde", num_samples=min(num_pp_samples, n_draws),
-                backend="matplotlib",
-            ))
-        else:
-            fig = _figure_of(az.plot_ppc(idata, var_names=var_names, num_pp_samples=num_pp_samples))
-    _suptitle(fig, title)
-    _savefig(fig, path)
-
-
-def _smoothed_density(x, edges):
-    """Gaussian kernel density of ``x`` on the bins ``edges`` (Scott's bandwidth), by smoothing
-    a fine histogram: O(len(x) + bins) per curve, for the dozens of curves of a PPC grid."""
-    width = edges[1] - edges[0]
-    counts, _ = np.histogram(x, bins=edges)
-    sd = np.std(x)
-    h = 1.06 * sd * x.size ** -0.2 if sd > 0 else width
-    sigma = max(h / width, 0.5)
-    half = int(min(4 * sigma, (counts.size - 1) // 2))  # a kernel no wider than the grid
-    kernel = np.exp(-0.5 * (np.arange(-half, half + 1) / sigma) ** 2)
-    smooth = np.convolve(counts, kernel / kernel.sum(), mode="same")
-    return smooth / (x.size * width)
-
-
-def plot_predictive_columns(observed, replicated, path: str, *, columns=None, max_columns: int = 16,
-                            num_samples: int = 50, title: str | None = None, annotations=None,
-                            label: str = "replicated") -> None:
-    """Predictive check per column, saved as PNG: one panel per column (a grid of up to
-    ``max_columns``), not one density pooled over all columns.
-
-    ``observed`` (N, ...) and ``replicated`` (S, N, ...) (posterior or prior predictive data sets);
-    image stacks count one column per pixel. ``columns``: which columns, in order (default the
-    first ``max_columns``). Real-valued columns show the observed column's density over the
-    densities of up to ``num_samples`` replicated ones; 0/1 data show the histogram of the
-    replicated column frequencies with the observed frequency as a line. ``annotations``:
-    optional ``{column: text}`` added under a panel's title (e.g. its p-values).
-    """
-    observed = np.asarray(observed, dtype=float)
-    replicated = np.asarray(replicated, dtype=float)
-    if replicated.shape[1:] != observed.shape:
-        raise ValueError(f"Replicated data shaped {replicated.shape[1:]}, observed {observed.shape}.")
-    obs = observed.reshape(observed.shape[0], -1)
-    rep = replicated.reshape(replicated.shape[0], *obs.shape)
-    num = obs.shape[1]
-    columns = list(range(min(max_columns, num))) if columns is None else list(columns)[:max_columns]
-    if not columns or min(columns) < 0 or max(columns) >= num:
-        raise ValueError(f"Columns must be between 0 and {num - 1}, got {columns}.")
-    binary = bool(np.all((obs == 0) | (obs == 1)))
-    pick = np.linspace(0, rep.shape[0] - 1, min(num_samples, rep.shape[0])).round().astype(int)
-    ncols = min(4, len(columns))
-    nrows = -(-len(columns) // ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(3.2 * ncols, 2.4 * nrows + 0.6), squeeze=False)
-    for ax in axes.ravel()[len(columns):]:
-        ax.set_visible(False)
-    for ax, c in zip(axes.ravel(), columns):
-        if binary:
-            freq = rep[:, :, c].mean(1)
-            ax.hist(freq, bins=20, color="C0", alpha=0.6, label=f"{label} frequency")
-            ax.axvline(obs[:, c].mean(), color="k", lw=2, label="observed frequency")
-            ax.set_xlabel("frequency of 1")
-        else:
-            pooled = rep[pick][:, :, c]
-            lo = min(obs[:, c].min(), np.quantile(pooled, 0.005))
-            hi = max(obs[:, c].max(), np.quantile(pooled, 0.995))
-            if not hi > lo:
-                lo, hi = lo - 0.5, hi + 0.5
-            edges = np.linspace(lo, hi, 201)
-            mids = 0.5 * (edges[1:] + edges[:-1])
-            # one LineCollection per panel: dozens of separate lines make layout and saving slow
-            curves = [np.column_stack([mids, _smoothed_density(rep[s, :, c], edges)]) for s in pick]
-            # opaque light lines: translucent ones blend into many colours, and PNGs 4x larger
-            ax.add_collection(LineCollection(curves, colors="#a9c6e3", lw=0.7, label=label))
-            ax.plot(mids, _smoothed_density(obs[:, c], edges), color="k", lw=1.6, label="observed")
-            ax.autoscale_view()
-        text = f"column {c}"
-        if annotations and c in annotations:
-            text += f"\n{annotations[c]}"
-        ax.set_title(text, fontsize=9)
-        ax.tick_params(labelsize=7)
-    axes.ravel()[0].legend(fontsize=7, loc="best")
-    _suptitle(fig, title)
-    _savefig(fig, path, palette=True)
-
-
-def plot_loo_pit(pit, path: str, title: str | None = None) -> None:
-    """LOO-PIT values (:func:`loo_pit`) saved as PNG: their ECDF minus the uniform CDF, with the
-    pointwise 95% band of independent uniform values, and their histogram. A calibrated model
-    stays inside the band; a U shape in the histogram (ECDF dipping then rising) means
-    predictions too narrow, a hump too wide, a slope a shift."""
-    u = np.sort(np.ravel(np.asarray(pit, dtype=float)))
-    u = u[np.isfinite(u)]
-    if u.size == 0:
-        raise ValueError("plot_loo_pit needs at least one finite LOO-PIT value.")
-    grid = np.linspace(0.0, 1.0, 201)
-    ecdf = np.searchsorted(u, grid, side="right") / u.size
-    band = 1.96 * np.sqrt(grid * (1 - grid) / u.size)
-    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4))
-    left.fill_between(grid, -band, band, color="0.85", label="95% band (uniform)")
-    left.plot(grid, ecdf - grid, color="C0", label="LOO-PIT ECDF - uniform")
-    left.axhline(0.0, color="k", lw=0.6)
-    left.set_xlabel("u")
-    left.legend(fontsize=7)
-    right.hist(u, bins=20, range=(0, 1), density=True, color="C0", alpha=0.7)
-    right.axhline(1.0, color="k", lw=0.8)
-    right.set_xlabel("LOO-PIT value")
-    right.set_ylabel("density")
-    _suptitle(fig, title)
-    _savefig(fig, path)
+        return getattr(arviz_plots, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -412,6 +412,7 @@ def _cmd_run(args) -> int:
 # -------------------------------------------------------------------------- diagnose
 def _cmd_diagnose(args) -> int:
     from latentzoo import arviz_adapter as azx
+    from latentzoo import arviz_plots as azp
     from latentzoo.registry import families
     from latentzoo.results import staged_run_dir, writing
     from latentzoo.runs import is_point_fit, print_summary, summarise
@@ -439,7 +440,7 @@ def _cmd_diagnose(args) -> int:
         if not is_point_fit(idata) and idata.posterior.sizes.get("draw", 1) > 1 and present:
             with warnings.catch_warnings(), writing(os.path.join(args.run_dir, "rank.png"), args.run_dir):
                 warnings.simplefilter("ignore")
-                azx.plot_rank(idata, os.path.join(stage, "rank.png"), var_names=present[:2])
+                azp.plot_rank(idata, os.path.join(stage, "rank.png"), var_names=present[:2])
             wrote.append("rank.png")
         groups = azx.group_names(idata)
         if family and family.posterior_predictive and "observed_data" in groups \
@@ -448,7 +449,7 @@ def _cmd_diagnose(args) -> int:
             azx.add_posterior_predictive(idata, replicated)
             num = min(100, int(replicated["X"].shape[1]))  # a point fit has one replicate per draw
             with writing(os.path.join(args.run_dir, "ppc.png"), args.run_dir):
-                azx.plot_ppc(idata, os.path.join(stage, "ppc.png"), num_pp_samples=num)
+                azp.plot_ppc(idata, os.path.join(stage, "ppc.png"), num_pp_samples=num)
             wrote.append("ppc.png")
     print(f"\nwrote {', '.join(os.path.join(args.run_dir, w) for w in wrote) or 'no plots'}")
     return 0

@@ -18,6 +18,7 @@ import jax
 import numpy as np
 
 from latentzoo import arviz_adapter as azx
+from latentzoo import arviz_plots as azp
 
 __all__ = [
     "run_mcmc",
@@ -226,7 +227,7 @@ def write_run(out: str, idata, *, family, method, seconds: float, data_name: str
                 _plot_objective(idata, trace, title)
             else:
                 sites = [s for s in family.trace_sites if s in idata.posterior.data_vars]
-                azx.plot_trace(idata, trace, var_names=sites or None, coords=_trace_coords(idata, sites))
+                azp.plot_trace(idata, trace, var_names=sites or None, coords=_trace_coords(idata, sites))
     print_summary(table, title, seconds)
     print(f"\nwrote {out}/posterior.nc, {out}/summary.csv, {out}/trace.png")
     return table

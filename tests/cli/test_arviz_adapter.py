@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from latentzoo import arviz_adapter as azx
+from latentzoo import arviz_plots as azp
 
 pytestmark = pytest.mark.smoke
 
@@ -240,13 +241,13 @@ def test_loo_at_the_fewest_draws():
 def test_plots_write_pngs(idata, parts, tmp_path):
     X = parts[0]
     rng = np.random.default_rng(2)
-    azx.plot_trace(idata, str(tmp_path / "trace.png"), var_names=["sigma", "mu"])
-    azx.plot_rank(idata, str(tmp_path / "rank.png"), var_names=["sigma", "mu"])
+    azp.plot_trace(idata, str(tmp_path / "trace.png"), var_names=["sigma", "mu"])
+    azp.plot_rank(idata, str(tmp_path / "rank.png"), var_names=["sigma", "mu"])
     with pytest.raises(ValueError, match="posterior_predictive"):
-        azx.plot_ppc(idata, str(tmp_path / "ppc.png"))
+        azp.plot_ppc(idata, str(tmp_path / "ppc.png"))
     pp = X.mean(0) + rng.normal(size=(1, 60, N, D))
     azx.add_posterior_predictive(idata, {"X": pp})
-    azx.plot_ppc(idata, str(tmp_path / "ppc.png"), num_pp_samples=20)
+    azp.plot_ppc(idata, str(tmp_path / "ppc.png"), num_pp_samples=20)
     for name in ("trace.png", "rank.png", "ppc.png"):
         assert _is_png(tmp_path / name), name
     assert sorted(os.listdir(tmp_path)) == ["ppc.png", "rank.png", "trace.png"]
@@ -258,7 +259,7 @@ def test_plots_write_pngs(idata, parts, tmp_path):
 def test_plot_trace_of_point_estimates(tmp_path):
     # The CLI plots the trace of one-draw point fits (CVQ / NOCA variational EM).
     point = azx.from_draws({"pi": np.array([0.2, 0.5, 0.3])[None, None], "b": np.ones((1, 1))})
-    azx.plot_trace(point, str(tmp_path / "trace.png"))
+    azp.plot_trace(point, str(tmp_path / "trace.png"))
     assert _is_png(tmp_path / "trace.png")
 
 
@@ -328,7 +329,7 @@ def test_from_mcmc_names_custom_log_likelihood_and_replicates_like_the_observati
     assert idata.log_likelihood["X"].dims[2:] == observed.dims[:1]
     azx.add_posterior_predictive(idata, {"X": rng.normal(size=(2, 40, 20, 2))})
     assert idata.posterior_predictive["X"].dims[2:] == observed.dims
-    azx.plot_ppc(idata, str(tmp_path / "ppc.png"), num_pp_samples=10)
+    azp.plot_ppc(idata, str(tmp_path / "ppc.png"), num_pp_samples=10)
     assert _is_png(tmp_path / "ppc.png")
     assert azx.loo(idata)["n_data_points"] == 20
 
@@ -339,7 +340,7 @@ def test_from_mcmc_names_custom_log_likelihood_and_replicates_like_the_observati
 def saved_figures(monkeypatch):
     """The figures the adapter saves (their text checked before they are closed)."""
     seen = []
-    original = azx._savefig
+    original = azp._savefig
 
     def keep(fig, path, **kwargs):
         texts = [t.get_text() for ax in fig.axes for t in [ax.title]]
@@ -350,22 +351,45 @@ def saved_figures(monkeypatch):
                      "titles": texts, "legend": legends, "panels": sum(ax.get_visible() for ax in fig.axes)})
         original(fig, path, **kwargs)
 
-    monkeypatch.setattr(azx, "_savefig", keep)
+    monkeypatch.setattr(azp, "_savefig", keep)
     return seen
 
 
 def test_trace_plot_has_the_run_title_and_a_chain_legend(idata, tmp_path, saved_figures):
     azx.set_posterior_attrs(idata, latentzoo_model="toy", latentzoo_method="gibbs",
                             latentzoo_data="default data")
-    assert azx.run_title(idata) == "toy / gibbs on default data"
-    azx.plot_trace(idata, str(tmp_path / "trace.png"), var_names=["sigma", "mu"])
+    assert azp.run_title(idata) == "toy / gibbs on default data"
+    azp.plot_trace(idata, str(tmp_path / "trace.png"), var_names=["sigma", "mu"])
     fig = saved_figures[-1]
     assert fig["suptitle"] == "toy / gibbs on default data"
     # one entry per chain, and nothing else (not one per vector component: mu has D of them)
     assert sorted(fig["legend"]) == ["0", "1"]
-    azx.plot_trace(idata, str(tmp_path / "trace2.png"), var_names=["sigma"], title="mine")
+    azp.plot_trace(idata, str(tmp_path / "trace2.png"), var_names=["sigma"], title="mine")
     assert saved_figures[-1]["suptitle"] == "mine"
     assert _is_png(tmp_path / "trace.png")
+
+
+def test_rank_plot_of_a_wide_site_shows_its_worst_entries(tmp_path, saved_figures):
+    # 300 entries (a per-feature site at D = 300): a panel each would be unreadable and take
+    # minutes; the plot shows MAX_RANK_PANELS of them, those with the largest R-hat first. Entry
+    # 217 has chains stuck apart and entry 5 drifts: both must be among the panels, 217 first.
+    rng = np.random.default_rng(3)
+    draws = rng.normal(size=(2, 100, 300))
+    draws[1, :, 217] += 5.0
+    draws[:, :, 5] += np.linspace(0.0, 3.0, 100)
+    wide = azx.from_draws({"psi": draws, "sigma": rng.normal(size=(2, 100))})
+    picked = azp.rank_entries(wide, ["psi", "sigma"])
+    assert len(picked) == azp.MAX_RANK_PANELS
+    assert list(picked)[:2] == ["psi[217]", "psi[5]"]
+    np.testing.assert_array_equal(picked["psi[217]"], draws[:, :, 217])
+    azp.plot_rank(wide, str(tmp_path / "rank.png"), var_names=["psi", "sigma"])
+    fig = saved_figures[-1]
+    assert fig["panels"] <= 2 * azp.MAX_RANK_PANELS  # 0.2x: one axis per entry; 1.x may add one
+    assert "12 of 301 entries" in fig["suptitle"]
+    assert any("psi[217]" in t for t in fig["titles"])
+    assert _is_png(tmp_path / "rank.png")
+    # few entries: every one is drawn, as ArviZ does
+    assert azp.rank_entries(wide, ["sigma"]) is None
 
 
 def test_ppc_is_one_panel_per_column(idata, parts, tmp_path, saved_figures):
@@ -373,7 +397,7 @@ def test_ppc_is_one_panel_per_column(idata, parts, tmp_path, saved_figures):
     rng = np.random.default_rng(8)
     azx.add_posterior_predictive(idata, {"X": X.mean(0) + rng.normal(size=(CHAINS, 30, N, D))})
     azx.set_posterior_attrs(idata, latentzoo_model="toy", latentzoo_method="vb")
-    azx.plot_ppc(idata, str(tmp_path / "ppc.png"), num_pp_samples=10)
+    azp.plot_ppc(idata, str(tmp_path / "ppc.png"), num_pp_samples=10)
     fig = saved_figures[-1]
     assert fig["panels"] == D and fig["titles"][:D] == [f"column {c}" for c in range(D)]
     assert fig["suptitle"] == "toy / vb" and "observed" in fig["legend"]
@@ -384,23 +408,23 @@ def test_plot_predictive_columns_picks_columns_and_handles_binary_data(tmp_path,
     rng = np.random.default_rng(9)
     obs = rng.normal(size=(40, 30))
     rep = rng.normal(size=(25, 40, 30))
-    azx.plot_predictive_columns(obs, rep, str(tmp_path / "a.png"))
+    azp.plot_predictive_columns(obs, rep, str(tmp_path / "a.png"))
     assert saved_figures[-1]["panels"] == 16  # the first 16 of 30 columns
-    azx.plot_predictive_columns(obs, rep, str(tmp_path / "b.png"), columns=[29, 3],
+    azp.plot_predictive_columns(obs, rep, str(tmp_path / "b.png"), columns=[29, 3],
                                 annotations={29: "p: max 0.01"}, title="t")
     fig = saved_figures[-1]
     assert fig["titles"][:2] == ["column 29\np: max 0.01", "column 3"] and fig["suptitle"] == "t"
     binary = (rng.random((40, 5)) < 0.3).astype(float)
-    azx.plot_predictive_columns(binary, (rng.random((25, 40, 5)) < 0.3).astype(float),
+    azp.plot_predictive_columns(binary, (rng.random((25, 40, 5)) < 0.3).astype(float),
                                 str(tmp_path / "c.png"))
     assert "observed frequency" in saved_figures[-1]["legend"]
     images = rng.random((10, 3, 4))  # image stacks: one panel per pixel
-    azx.plot_predictive_columns(images, rng.random((5, 10, 3, 4)), str(tmp_path / "d.png"))
+    azp.plot_predictive_columns(images, rng.random((5, 10, 3, 4)), str(tmp_path / "d.png"))
     assert saved_figures[-1]["panels"] == 12
     with pytest.raises(ValueError, match="Columns"):
-        azx.plot_predictive_columns(obs, rep, str(tmp_path / "e.png"), columns=[30])
+        azp.plot_predictive_columns(obs, rep, str(tmp_path / "e.png"), columns=[30])
     with pytest.raises(ValueError, match="shaped"):
-        azx.plot_predictive_columns(obs, rep[:, :, :3], str(tmp_path / "e.png"))
+        azp.plot_predictive_columns(obs, rep[:, :, :3], str(tmp_path / "e.png"))
     assert not (tmp_path / "e.png").exists()
     for name in "abcd":
         assert _is_png(tmp_path / f"{name}.png")
@@ -431,7 +455,7 @@ def test_loo_pit_is_uniform_for_the_right_model(binary, tmp_path):
     # Uniform: mean 1/2, sd 1/sqrt(12) = 0.289. Discrete data need ties spread at random (without
     # it the PIT of 0/1 data piles up at two values, sd ~ 0.4 or less).
     assert abs(pit.mean() - 0.5) < 0.04 and abs(pit.std() - 0.289) < 0.03
-    azx.plot_loo_pit(pit, str(tmp_path / "pit.png"), title="t")
+    azp.plot_loo_pit(pit, str(tmp_path / "pit.png"), title="t")
     assert _is_png(tmp_path / "pit.png")
 
 

@@ -8,7 +8,7 @@ import os
 from latentzoo.registry import families
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-GLUE = ["cli.py", "runs.py", "data.py", "results.py", "arviz_adapter.py", "registry.py"]
+GLUE = ["cli.py", "runs.py", "data.py", "results.py", "arviz_adapter.py", "arviz_plots.py", "registry.py"]
 
 
 def _literals(path):

@@ -90,6 +90,7 @@ def test_full_disk_is_one_sentence_and_keeps_the_previous_run(victim, data, prev
 
     monkeypatch.setattr(results, "atomic_write", atomic_write)
     monkeypatch.setattr("latentzoo.arviz_adapter.atomic_write", atomic_write)
+    monkeypatch.setattr("latentzoo.arviz_plots.atomic_write", atomic_write)
     capsys.readouterr()
     assert main(_em(data, previous_run, "--seed", "2")) == 2
     err = capsys.readouterr().err.strip()
