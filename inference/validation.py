@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["check_K", "check_matrix", "check_labelled", "check_images", "check_scale", "MAX_ABS_VALUE",
-           "MIN_ABS_SCALE"]
+__all__ = ["check_K", "check_matrix", "check_labelled", "check_images", "check_scale", "ScaleError",
+           "MAX_ABS_VALUE", "MIN_ABS_SCALE"]
 
 # The models square the data (second moments, residual sums of squares, noise variances) and
 # sum those over rows and columns. With |x| <= 1e100 a square is at most 1e200, so such sums stay
@@ -19,6 +19,12 @@ __all__ = ["check_K", "check_matrix", "check_labelled", "check_images", "check_s
 # non-zero scale is the mirror image, so that squares do not underflow to zero.
 MAX_ABS_VALUE = 1e100
 MIN_ABS_SCALE = 1e-100
+
+
+class ScaleError(ValueError):
+    """Data that is well formed but on a scale float64 second moments cannot hold
+    (:func:`check_scale`): standardising its columns first is a remedy, which callers that
+    offer one (the CLI's ``--standardize``) catch this to apply."""
 
 
 def _as_float(X, name):
@@ -55,13 +61,13 @@ def check_scale(X, name: str = "the data") -> None:
     :data:`MIN_ABS_SCALE` (1e-100). One ValueError sentence naming the value and the remedy."""
     top = _max_abs(np.asarray(X))
     if top > MAX_ABS_VALUE:
-        raise ValueError(
+        raise ScaleError(
             f"{name} has values as large as {top:.3g} in magnitude: their second moments would "
             f"overflow float64 (the limit is {MAX_ABS_VALUE:.0e}); rescale the data (e.g. divide it "
             f"by {10.0 ** np.floor(np.log10(top)):.0e}) or standardise its columns first."
         )
     if 0.0 < top < MIN_ABS_SCALE:
-        raise ValueError(
+        raise ScaleError(
             f"{name} has no value larger than {top:.3g} in magnitude: its second moments would "
             f"underflow float64 (the limit is {MIN_ABS_SCALE:.0e}); rescale the data (e.g. "
             f"multiply it by {10.0 ** -np.floor(np.log10(top)):.0e}) or standardise its columns first."

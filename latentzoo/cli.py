@@ -200,15 +200,21 @@ def _check_out(out: str) -> None:
 
 
 def _load(args, family, cfg):
+    from latentzoo.inference.validation import ScaleError
+
     kind = family.data_kind
     name = args.data or "the default data"
     data = kind.load(args.data) if args.data else family.default_data(args.seed)
-    data = kind.validate(data, K=cfg.K, name=name)
-    if args.standardize:
-        if kind.standardize is None:
-            raise ValueError(f"--standardize does not apply to {kind.name} data.")
-        data = kind.standardize(data)
-    return data
+    if args.standardize and kind.standardize is None:
+        raise ValueError(f"--standardize does not apply to {kind.name} data.")
+    try:
+        data = kind.validate(data, K=cfg.K, name=name)
+    except ScaleError:
+        if not args.standardize:
+            raise
+        # well-formed data on a scale float64 cannot square: standardised, it can be fitted
+        return kind.validate(kind.standardize(data), K=cfg.K, name=name)
+    return kind.standardize(data) if args.standardize else data
 
 
 def _check_finite(idata, source: str | None = None) -> None:

@@ -184,13 +184,18 @@ def _npy_chunks(path: str, chunk_size: int) -> Iterator[np.ndarray]:
 
 
 def standardize_columns(X: np.ndarray) -> np.ndarray:
-    """Centre and scale each column; ValueError when a column is constant."""
-    sd = X.std(0)
+    """Centre and scale each column; ValueError when a column is constant. Each column is first
+    divided by its largest absolute value, so data at any float64 scale (1e200, 1e-200) is
+    standardised without its variance overflowing or underflowing."""
+    X = np.asarray(X, dtype=np.float64)
+    top = np.abs(X).max(0)
+    Y = X / np.where(top > 0, top, 1.0)
+    sd = Y.std(0)
     if np.any(sd == 0):
         raise ValueError(
             f"--standardize needs every column to vary; column {int(np.argmin(sd))} is constant."
         )
-    return (X - X.mean(0)) / sd
+    return (Y - Y.mean(0)) / sd
 
 
 # ---------------------------------------------------------------------------- data kinds

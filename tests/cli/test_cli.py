@@ -182,6 +182,34 @@ def test_standardize_refused_for_binary_data(tmp_path, capsys):
     assert "does not apply" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("scale", [1e200, 1e-200])
+def test_standardize_fits_data_on_a_scale_float64_cannot_square(scale, tmp_path, capsys):
+    # Refused without --standardize (its squares over- or underflow); with it, the standardised
+    # data is fitted, as the refusal's message advises, and gives the fit of the unscaled data.
+    X = np.random.default_rng(1).normal(size=(40, 4)) * [1.0, 2.0, 0.5, 3.0]
+    np.save(tmp_path / "x.npy", X * scale)
+    np.save(tmp_path / "y.npy", X)
+    args = ["run", "fa", "--method", "em", "--K", "1", "--no-progress"]
+    assert main([*args, "--data", str(tmp_path / "x.npy"), "--out", str(tmp_path / "a")]) == 2
+    assert "standardise" in capsys.readouterr().err
+    assert not (tmp_path / "a").exists()
+    assert main([*args, "--standardize", "--data", str(tmp_path / "x.npy"), "--out", str(tmp_path / "b")]) == 0
+    assert main([*args, "--standardize", "--data", str(tmp_path / "y.npy"), "--out", str(tmp_path / "c")]) == 0
+    fit, ref = (azx.load(str(tmp_path / d / "posterior.nc")) for d in "bc")
+    for site in ("psi", "mu"):
+        np.testing.assert_allclose(azx.posterior_array(fit, site), azx.posterior_array(ref, site),
+                                   rtol=1e-6, atol=1e-9)
+
+
+def test_standardize_columns_at_extreme_scales():
+    from latentzoo.data import standardize_columns
+
+    X = np.random.default_rng(2).normal(size=(30, 3)) + [0.0, 5.0, -2.0]
+    want = (X - X.mean(0)) / X.std(0)
+    for scale in (1.0, 1e200, 1e-200, 1e300):
+        np.testing.assert_allclose(standardize_columns(X * scale), want, rtol=1e-12, atol=1e-12)
+
+
 def test_diagnose_on_a_plain_netcdf_without_model(tmp_path, capsys):
     import numpy as np
 
