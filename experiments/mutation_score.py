@@ -823,7 +823,8 @@ def print_markdown(rows):
         heads = [e["run"]["repo_head"][:7]] + [h[:7] for h in e.get("reruns", [])]
         tests = e.get("rerun_tests") or e["tests"]
         names = ", ".join(t.rsplit("/", 1)[-1].removesuffix(".py") for t in tests)
-        print(f"| `{mod}` | {e['n']} | {e['killed'] + e['timed_out']} | {eq} | {e['survived'] - eq} | "
+        print(f"| `{mod}` | {e['n']} | {e['killed'] + e['timed_out']} | {eq} | "
+              f"{e['n'] - e['killed'] - e['timed_out'] - eq} | "
               f"{score} | {' + '.join(heads)} | {names} |")
     tot = sum(e["n"] - e.get("equivalent", 0) for _, e in rows)
     dead = sum(e["killed"] + e["timed_out"] for _, e in rows)

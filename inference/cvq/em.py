@@ -133,10 +133,12 @@ def _state_log_joint(W, pi, sigma):
     return log_joint
 
 
-def cvq_exact_loglik(X, W, pi, sigma):
-    """log p(X | W, pi, sigma) by enumerating the 2^K source states (a scalar)."""
+def cvq_exact_loglik(X, W, pi, sigma, *, per_row: bool = False):
+    """log p(X | W, pi, sigma) by enumerating the 2^K source states (a scalar, or (N,) per row
+    with ``per_row``: the pointwise log-likelihood PSIS-LOO needs)."""
     K = W.shape[1]
-    return enumerate_posterior(_state_log_joint(W, pi, sigma), X, all_states(K, X.dtype)).loglik.sum()
+    ll = enumerate_posterior(_state_log_joint(W, pi, sigma), X, all_states(K, X.dtype)).loglik
+    return ll if per_row else ll.sum()
 
 
 # ------------------------------------------------------------------------------- updates

@@ -17,6 +17,27 @@ from latentzoo.registry import Family, FamilyChecks, Method, register
 __all__ = ["CVQ"]
 
 
+# The pointwise log-likelihood enumerates 2^K states per row and draw; beyond this K the run
+# stores none (LOO is then unavailable, as for any model without one).
+LOGLIK_MAX_K = 12
+
+
+def _loglik(X, W, pi, sigma):
+    """Pointwise marginal log-likelihood log p(x_n | W, pi, sigma) (s summed out exactly) of
+    draws (chains, draws, ...) -> (chains, draws, N), a few draws at a time; None for K > 12."""
+    from latentzoo.inference.cvq import cvq_exact_loglik
+    from latentzoo.inference.enumerate import _chunk_size
+
+    N, D = X.shape
+    K = np.shape(W)[-1]
+    if K > LOGLIK_MAX_K:
+        return None
+    # enumerate_posterior's temporaries: a (rows, 2^K) table per chunk of rows, and 2^K x D
+    table = _chunk_size(2**K, N) * 2**K + 2**K * D + N * K
+    return runs.map_draws(partial(cvq_exact_loglik, per_row=True), W, pi, sigma,
+                          shared=(jnp.asarray(X),), bytes_per_draw=3 * 8 * table)
+
+
 def _run_point(X, cfg, *, method):
     from latentzoo.inference.cvq import fit_cvq
 
@@ -26,7 +47,9 @@ def _run_point(X, cfg, *, method):
     fit = fit_cvq(X, cfg.K, method=method, num_steps=sweeps, seed=cfg.seed, restarts=restarts)
     p = fit.params
     sigma = np.asarray(p["sigma_loc"])
-    return runs.guide_point_idata(fit, X, extra={"tau": 1.0 / sigma**2})
+    ll = _loglik(X, *(np.asarray(p[k])[None, None] for k in ("W_loc", "pi_loc", "sigma_loc")))
+    return runs.guide_point_idata(fit, X, extra={"tau": 1.0 / sigma**2},
+                                  log_likelihood=None if ll is None else {"X": ll[0, 0]})
 
 
 def _run_gibbs(X, cfg):
@@ -36,7 +59,10 @@ def _run_gibbs(X, cfg):
     cfg = cfg._replace(samples=min(cfg.samples, 50), warmup=min(cfg.warmup, 50)) if cfg.quick else cfg
     # K fixes shapes: bound into the model, since MCMC traces the model's arguments
     mcmc = runs.run_mcmc(ConjugateGibbs(partial(cvq, K=cfg.K), cvq_updates()), cfg, jnp.asarray(X))
-    return runs.mcmc_idata(mcmc, drop=("s",))
+    post = mcmc.get_samples(group_by_chain=True)
+    # NumPyro's own log-likelihood is p(x_n | s_n, ...), conditional on the dropped sources
+    ll = _loglik(X, post["W"], post["pi"], 1.0 / np.sqrt(np.asarray(post["tau"])))
+    return runs.mcmc_idata(mcmc, drop=("s",), log_likelihood=None if ll is None else {"X": ll})
 
 
 def cvq_posterior_predictive(idata, rng_seed=0, max_draws=200):
