@@ -20,11 +20,11 @@ involve the block:
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numpyro.distributions as dist
 
 
+from latentzoo.inference.binary_draw import ENUM_MAX_K, draw_binary_block
 from latentzoo.inference.enumerate import EnumeratedBinary, all_states
 from latentzoo.inference.conjugate import beta_bernoulli_update, gamma_precision_posterior
 from latentzoo.inference.gaussian import gaussian_draw, mvn_from_precision
@@ -32,7 +32,6 @@ from latentzoo.inference.updates import GibbsUpdate, prior_params, unwrap
 
 __all__ = ["cvq_updates", "s_update", "W_update", "pi_update", "tau_update", "ENUM_MAX_K"]
 
-ENUM_MAX_K = 12
 NORMAL, GAMMA, BETA = (dist.Normal,), (dist.Gamma,), (dist.Beta,)
 BERNOULLI = (dist.BernoulliProbs, dist.BernoulliLogits)  # dist.Bernoulli is a factory, not a class
 
@@ -61,23 +60,18 @@ def s_draw(key, values, obs, priors):
     X, W, tau = obs["X"], values["W"], values["tau"]
     s0 = jnp.asarray(values["s"], X.dtype)
     N, K = s0.shape
-    if K <= ENUM_MAX_K:
-        return {"s": s_conditional(values, obs, priors)["s"].sample(key).astype(values["s"].dtype)}
     p = _s_prior_probs(priors, (N, K))
     logit = jnp.log(p) - jnp.log1p(-p)
     G = (W * W).sum(0)
 
-    def col(carry, inp):
-        s, R = carry
-        k, u = inp
+    def column(R, s, k):  # R = X - s Wᵀ; R_k leaves source k out
         w = W[:, k]
         R_k = R + s[:, k][:, None] * w[None, :]
-        prob = jax.nn.sigmoid(tau * (R_k @ w) - 0.5 * tau * G[k] + logit[:, k])
-        new = (u < prob).astype(X.dtype)
-        return (s.at[:, k].set(new), R_k - new[:, None] * w[None, :]), None
+        odds = tau * (R_k @ w) - 0.5 * tau * G[k] + logit[:, k]
+        return odds, lambda new: R_k - new[:, None] * w[None, :]
 
-    u = jax.random.uniform(key, (K, N))
-    (s, _), _ = jax.lax.scan(col, (s0, X - s0 @ W.T), (jnp.arange(K), u))
+    s = draw_binary_block(key, s0, lambda: s_conditional(values, obs, priors)["s"], column,
+                          lambda: X - s0 @ W.T, max_K=ENUM_MAX_K)
     return {"s": s.astype(values["s"].dtype)}
 
 
