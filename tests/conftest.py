@@ -5,22 +5,24 @@ import warnings
 
 import pytest
 
-# JAX's persistent compilation cache, for the whole test session. Most of the suite's time is XLA
-# compiling the same Gibbs / NUTS / SBC programs, and the thousands of single-primitive programs
-# that eager code (simulate, kernel.init) compiles one by one, on every run; with the cache a later
-# run (a fresh CI venv too: the folder is the user's, not the venv's) loads them instead. The key
-# is the program itself (without source locations), the jaxlib version, the platform and the XLA
-# flags, so a changed kernel, a jax upgrade or other flags compile afresh rather than reuse a stale
-# entry. Both xdist workers share the folder, and identical programs in different tests (the prior
-# draws of the Geweke tests of one model, say) hit it within one run as well.
-#
-# Set through the environment, before JAX is imported, so that the interpreters some tests start
-# (the CLI's console script, the four-device run) use the same cache. A JAX_COMPILATION_CACHE_DIR
-# already set wins (point it elsewhere, or set JAX_ENABLE_COMPILATION_CACHE=false to compile
-# everything afresh).
+# JAX's persistent compilation cache: opt-in. Most of the suite's time is XLA compiling the same
+# Gibbs / NUTS / SBC programs and the thousands of single-primitive programs eager code compiles;
+# with the cache a later run loads them instead (a warm run takes about half as long). But on
+# jaxlib 0.10 / CPU, loading an entry has crashed a test process with a segmentation fault
+# (inside the executable's deserialisation, with entries written atomically, see below), and a
+# crashed xdist worker costs the CI run its time budget. So the suite compiles afresh unless
+#   LATENTZOO_TEST_JAX_CACHE=1     uses ~/.cache/latentzoo/jax (or $XDG_CACHE_HOME/latentzoo/jax),
+#   JAX_COMPILATION_CACHE_DIR=DIR  uses DIR (experiments/mutation_score.py passes a private copy).
+# The key is the program itself, the jaxlib version, the platform and the XLA flags, so a changed
+# kernel or a jax upgrade compiles afresh rather than reuse a stale entry. Set through the
+# environment, before JAX is imported, so that the interpreters some tests start (the CLI's
+# console script, the four-device run) follow the same setting.
 _CACHE_HOME = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+if os.environ.get("LATENTZOO_TEST_JAX_CACHE") == "1":
+    os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(_CACHE_HOME, "latentzoo", "jax"))
+_USE_CACHE = bool(os.environ.get("JAX_COMPILATION_CACHE_DIR")) \
+    and os.environ.get("JAX_ENABLE_COMPILATION_CACHE", "").lower() not in ("false", "0")
 _JAX_CACHE = {
-    "JAX_COMPILATION_CACHE_DIR": os.path.join(_CACHE_HOME, "latentzoo", "jax"),
     # Every program, however quick to compile: loading an entry takes ~10 ms where compiling even
     # a one-primitive program takes 20-50 ms, and those are most of the suite's compilations
     # (measured: a warm run of test_gibbs_builder.py takes half as long with 0 as with 0.5 s).
@@ -29,14 +31,18 @@ _JAX_CACHE = {
     # to a few MB, a few thousand files in all.
     "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1",
 }
-for _name, _value in _JAX_CACHE.items():
-    os.environ.setdefault(_name, _value)
-try:  # a folder that cannot be written would make JAX warn on every compilation: compile instead
-    os.makedirs(os.environ["JAX_COMPILATION_CACHE_DIR"], exist_ok=True)
-    _usable = os.access(os.environ["JAX_COMPILATION_CACHE_DIR"], os.W_OK | os.X_OK)
-except OSError:
-    _usable = False
+_usable = False
+if _USE_CACHE:
+    for _name, _value in _JAX_CACHE.items():
+        os.environ.setdefault(_name, _value)
+    try:  # a folder that cannot be written would make JAX warn on every compilation: compile instead
+        os.makedirs(os.environ["JAX_COMPILATION_CACHE_DIR"], exist_ok=True)
+        _usable = os.access(os.environ["JAX_COMPILATION_CACHE_DIR"], os.W_OK | os.X_OK)
+    except OSError:
+        _usable = False
 if not _usable:
+    # also keeps the CLI's own cache (in a run's checkpoint folder) off in the console scripts
+    # the tests start: every test process compiles, none loads
     os.environ["JAX_ENABLE_COMPILATION_CACHE"] = "false"
 
 import jax  # noqa: E402
@@ -46,15 +52,16 @@ import latentzoo  # noqa: E402,F401  (float64 before any test builds arrays)
 # In case JAX was imported before this file (by a plugin), apply the same settings explicitly.
 if not _usable:
     jax.config.update("jax_enable_compilation_cache", False)
-jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
-jax.config.update(
-    "jax_persistent_cache_min_compile_time_secs",
-    float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]),
-)
-jax.config.update(
-    "jax_persistent_cache_min_entry_size_bytes",
-    int(os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"]),
-)
+else:
+    jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
+    jax.config.update(
+        "jax_persistent_cache_min_compile_time_secs",
+        float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]),
+    )
+    jax.config.update(
+        "jax_persistent_cache_min_entry_size_bytes",
+        int(os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"]),
+    )
 
 
 def _atomic_cache_writes():
@@ -117,9 +124,10 @@ def _prune_cache(folder, max_age_days=30):
             pass
 
 
-_atomic_cache_writes()
-if "PYTEST_XDIST_WORKER" not in os.environ:  # once per session, before the workers start
-    _prune_cache(os.environ["JAX_COMPILATION_CACHE_DIR"])
+if _usable:
+    _atomic_cache_writes()
+    if "PYTEST_XDIST_WORKER" not in os.environ:  # once per session, before the workers start
+        _prune_cache(os.environ["JAX_COMPILATION_CACHE_DIR"])
 
 # Modules with a module fixture that several tests share (one CLI run, one MCMC run). Under xdist's
 # "load" distribution (pyproject's addopts) those tests may land on both workers, and each worker

@@ -175,8 +175,9 @@ def test_manifest_cannot_name_a_file_outside_the_folder(tmp_path):
 
 
 # ------------------------------------------------------------------ signals
-# The child shares the tests' JAX compilation cache: the conftest makes its writes atomic, so a
-# child killed while writing an entry cannot leave a torn entry for other processes to load.
+# The child follows the tests' JAX compilation cache setting (off unless opted in); where a cache
+# is used, the conftest makes its writes atomic, so a child killed while writing an entry cannot
+# leave a torn entry for other processes to load.
 _CHILD = """
 import os, runpy, sys, time
 sys.path.insert(0, {root!r})

@@ -104,8 +104,9 @@ def _mcmc_args(data, out, flag="--out"):
             flag, str(out)]
 
 
-# The child shares the tests' JAX compilation cache: the conftest makes its writes atomic, so a
-# child killed while writing an entry cannot leave a torn entry for other processes to load.
+# The child follows the tests' JAX compilation cache setting (off unless opted in); where a cache
+# is used, the conftest makes its writes atomic, so a child killed while writing an entry cannot
+# leave a torn entry for other processes to load.
 _SLOW_SEGMENTS = """
 import os, runpy, sys, time
 sys.path.insert(0, {root!r})
