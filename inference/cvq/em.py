@@ -137,7 +137,10 @@ def cvq_exact_loglik(X, W, pi, sigma, *, per_row: bool = False):
     """log p(X | W, pi, sigma) by enumerating the 2^K source states (a scalar, or (N,) per row
     with ``per_row``: the pointwise log-likelihood PSIS-LOO needs)."""
     K = W.shape[1]
-    ll = enumerate_posterior(_state_log_joint(W, pi, sigma), X, all_states(K, X.dtype)).loglik
+    if X.shape[0] << K <= 1 << 21:  # the whole (N, 2^K) table at once: no posterior statistics
+        ll = jax.scipy.special.logsumexp(_state_log_joint(W, pi, sigma)(X), axis=1)
+    else:
+        ll = enumerate_posterior(_state_log_joint(W, pi, sigma), X, all_states(K, X.dtype)).loglik
     return ll if per_row else ll.sum()
 
 

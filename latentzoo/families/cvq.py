@@ -32,8 +32,8 @@ def _loglik(X, W, pi, sigma):
     K = np.shape(W)[-1]
     if K > LOGLIK_MAX_K:
         return None
-    # enumerate_posterior's temporaries: a (rows, 2^K) table per chunk of rows, and 2^K x D
-    table = _chunk_size(2**K, N) * 2**K + 2**K * D + N * K
+    # the temporaries: an (N, 2^K) table (or enumerate_posterior's chunk of it), and 2^K x D
+    table = min(N, _chunk_size(2**K, N)) * 2**K + 2**K * D + N * K
     return runs.map_draws(partial(cvq_exact_loglik, per_row=True), W, pi, sigma,
                           shared=(jnp.asarray(X),), bytes_per_draw=3 * 8 * table)
 

@@ -187,3 +187,19 @@ def test_trace_elbo_of_guide_is_bound_plus_log_prior():
         + pr["tau"].log_prob(1.0 / p["sigma_loc"] ** 2)
     )
     assert abs(float(elbo) - float(cvq_bound(p, X) + log_prior)) < 0.1
+
+
+def test_exact_loglik_whole_table_and_chunked_paths_agree():
+    # Up to 2^21 table entries the per-row log-likelihood is one logsumexp over the (N, 2^K)
+    # table; beyond, enumerate_posterior's row chunks. K = 12, N = 600 takes the chunked path;
+    # the same rows in two halves (300 rows each) take the whole-table path.
+    rng = np.random.default_rng(5)
+    K, D = 12, 5
+    W = jnp.asarray(rng.normal(size=(D, K)))
+    pi = jnp.asarray(rng.uniform(0.1, 0.6, K))
+    X = jnp.asarray(rng.normal(size=(600, D)) * 2.0)
+    whole = jnp.concatenate([cvq_exact_loglik(X[:300], W, pi, 0.7, per_row=True),
+                             cvq_exact_loglik(X[300:], W, pi, 0.7, per_row=True)])
+    chunked = cvq_exact_loglik(X, W, pi, 0.7, per_row=True)
+    np.testing.assert_allclose(chunked, whole, rtol=1e-11)
+    np.testing.assert_allclose(cvq_exact_loglik(X, W, pi, 0.7), whole.sum(), rtol=1e-11)
