@@ -89,6 +89,11 @@ TESTS = {
     "inference/noca/bound.py": ["tests/inference/test_noca_em.py", "tests/inference/test_noca_fit.py"],
     "inference/noca/blocks.py": ["tests/inference/test_noca_em.py", "tests/inference/test_noca_fit.py"],
     "inference/noca/mcmc.py": ["tests/inference/test_update_checks.py", "tests/inference/test_noca_mcmc.py"],
+    "inference/binary_draw.py": [
+        "tests/inference/test_mutation_gaps_cvq.py",
+        "tests/inference/test_noca_mcmc.py",
+        "tests/inference/test_cvq_gibbs.py",
+    ],
     "inference/fa/online_kernels.py": ["tests/inference/test_online_fa.py"],
     "inference/fa/online.py": ["tests/inference/test_online_fa.py", "tests/cli/test_streaming_run.py"],
     "inference/fa/fit.py": ["tests/inference/test_fa_vb.py", "tests/cli/test_cli.py"],
@@ -173,6 +178,10 @@ EQUIVALENT = {
      "new = (u < prob).astype(X.dtype)",
      "new = ((u <= prob)).astype(X.dtype)"):
         "u is a continuous uniform draw: u == prob has probability 0",
+    ("inference/binary_draw.py", "single_site_scan",
+     "new = (u < jax.nn.sigmoid(logit)).astype(s.dtype)",
+     "new = ((u <= jax.nn.sigmoid(logit))).astype(s.dtype)"):
+        "u is a continuous uniform draw: u == sigmoid(logit) has probability 0",
     ("inference/fa/online_kernels.py", "em_batch_step",
      "cols = new if lo == 0 else cols.at[:, lo:].set(new)",
      "cols = new if lo == (1) else cols.at[:, lo:].set(new)"):
