@@ -113,8 +113,10 @@ def _hyper(d, shape, family, names, site, floor):
     if not isinstance(unwrap(d), family):
         return jnp.ones(shape), jnp.zeros(shape)
     a, b = prior_params(d, shape, *names)
-    for value, limit, name in ((a, floor[0], names[0]), (b, floor[1], names[1])):
-        low = _concrete_min(value)
+    for limit, name in zip(floor, names):
+        # the distribution's own parameter, not its broadcast: under jit every jnp operation is
+        # staged, so only the value the user passed in is concrete
+        low = _concrete_min(getattr(unwrap(d), name))
         if low is not None and low < limit:
             raise ValueError(
                 f"The point fits need {name} >= {limit:g} in the {type(unwrap(d)).__name__} prior "
