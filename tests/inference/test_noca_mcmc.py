@@ -223,10 +223,12 @@ def test_sbc_small_problem():
 
 @pytest.mark.slow
 def test_gibbs_runner_starts_from_a_map_fit_and_keeps_sources_alive():
-    # 50 attribute-like rows x 85 items, K = 3: a chain started from the prior switches sources
-    # off for good (posterior means of pi 0.13, 0.02, 0.03 at this seed and length with the former
-    # DiscreteGibbs update; 0.02 = 1 / (N + 2) is a source that is never on); started from the
-    # exact MAP-EM fit, every source stays on (true pi in 0.2-0.5).
+    # About a minute on one core (marked slow). 50 attribute-like rows x 85 items (6 true sources,
+    # pi 0.22-0.47) fitted with K = 3: chains of 20 + 20 sweeps started from the prior switch
+    # sources off (posterior means of pi 0.027, 0.037, 0.27 and 0.044, 0.016, 0.16 at seeds 0 and
+    # 1; 1 / (N + 2) = 0.019 is a source that is never on); started from the exact MAP-EM fit,
+    # every source stays on (0.10, 0.33, 0.26 here; over 200 draws 0.08, 0.33, 0.26: with 3
+    # sources for 6 causes one of them is legitimately rare). The threshold 0.05 lies between.
     from latentzoo.models.noca import attribute_parameters, simulate_noca
     from latentzoo.registry import RunConfig, get_family
 
@@ -236,4 +238,4 @@ def test_gibbs_runner_starts_from_a_map_fit_and_keeps_sources_alive():
         warnings.simplefilter("ignore", ConjugacyFallbackWarning)
         idata = gibbs.run(X, RunConfig(K=3, chains=1, samples=20, warmup=20, progress=False))
     pi = np.asarray(idata.posterior["pi"]).reshape(-1, 3)
-    assert pi.mean(0).min() > 0.1, pi.mean(0)
+    assert pi.mean(0).min() > 0.05, pi.mean(0)
