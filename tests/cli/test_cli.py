@@ -235,7 +235,7 @@ def test_constant_column_em_fit_is_finite(tmp_path, capsys):
 
 def test_cli_does_not_show_the_note_of_a_table_that_leaves_sites_to_generic_kernels(
         tmp_path, monkeypatch, recwarn):
-    # NOCA's Gibbs table leaves s, theta, theta0 to NUTS/DiscreteGibbs by design: that is not
+    # NOCA's Gibbs table leaves theta, theta0 to NUTS by design: that is not
     # news to someone running it (a swapped prior's ConjugacyFallbackWarning still shows)
     import warnings
 
