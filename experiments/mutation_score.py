@@ -183,6 +183,11 @@ EQUIVALENT = {
      "new = (u < jax.nn.sigmoid(logit)).astype(s.dtype)",
      "new = ((u <= jax.nn.sigmoid(logit))).astype(s.dtype)"):
         "u is a continuous uniform draw: u == sigmoid(logit) has probability 0",
+    ("inference/noca/em.py", "theta_update",
+     "dg = seg(jnp.where(q > 0, lam_p * f2 / qs, 0.0)) + p2",
+     "dg = seg(jnp.where((q >= 0), lam_p * f2 / qs, 0.0)) + p2"):
+        "for q = 0, qs = Q_TINY = 1e-300 and theta >= THETA_MIN = 1e-8, so a_ >= 1e292 and "
+        "f2(a_) = -(f1 + f1^2) is exactly 0 in float64: the term the mask removes is already 0",
     ("inference/fa/online_kernels.py", "em_batch_step",
      "cols = new if lo == 0 else cols.at[:, lo:].set(new)",
      "cols = new if lo == (1) else cols.at[:, lo:].set(new)"):
