@@ -218,6 +218,7 @@ EQUIVALENT = {
 CORE = [
     "inference/gibbs.py", "inference/updates.py", "inference/cavi.py", "inference/conjugate.py",
     "inference/gaussian.py", "inference/checks.py", "inference/enumerate.py",
+    "inference/binary_draw.py", "inference/cavi_blocks.py",
 ]
 FAMILY_GLOBS = ["inference/fa/*.py", "inference/mfa/*.py", "inference/cvq/*.py", "inference/noca/*.py"]
 

@@ -8,8 +8,8 @@ for one of two reasons that the plan records and the warnings keep apart:
 - the table has an update for the site, but the update does not apply to this model (a user
   swapped a prior to another family, say): :class:`ConjugacyFallbackWarning`, naming the update
   and what it needs;
-- the table has no update for the site at all, by design (NOCA's table covers ``pi`` alone and
-  leaves ``s``, ``theta``, ``theta0`` to NumPyro's kernels): :class:`GenericKernelNote`, a
+- the table has no update for the site at all, by design (NOCA's table covers ``s`` and ``pi``
+  and leaves ``theta``, ``theta0`` to NUTS): :class:`GenericKernelNote`, a
   subclass that says nothing was changed (the CLI does not show it).
 """
 
