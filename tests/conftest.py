@@ -152,5 +152,21 @@ def pytest_xdist_make_scheduler(config, log):
     return SharedFixtureScheduling(config, log)
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs():
+    """Drop JAX's in-memory caches of traced and compiled programs after each test module.
+
+    A worker process otherwise keeps every executable the suite has compiled alive to its end:
+    its memory grew past 6 GB by the second half of the suite, and XLA then crashed while
+    compiling (a segmentation fault, not an exception) where memory ran short. Programs rarely
+    repeat across modules, so little is compiled twice (measured on four inference modules in
+    one process: peak memory 1.8 GB instead of 3.0 GB, and no slower)."""
+    yield
+    import gc
+
+    jax.clear_caches()
+    gc.collect()
+
+
 # ArviZ 0.2x announces its 1.x refactor on import; it is not about this project.
 warnings.filterwarnings("ignore", category=FutureWarning, module="arviz")
