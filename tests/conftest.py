@@ -156,11 +156,14 @@ def pytest_xdist_make_scheduler(config, log):
 def _release_compiled_programs():
     """Drop JAX's in-memory caches of traced and compiled programs after each test module.
 
-    A worker process otherwise keeps every executable the suite has compiled alive to its end:
-    its memory grew past 6 GB by the second half of the suite, and XLA then crashed while
-    compiling (a segmentation fault, not an exception) where memory ran short. Programs rarely
-    repeat across modules, so little is compiled twice (measured on four inference modules in
-    one process: peak memory 1.8 GB instead of 3.0 GB, and no slower)."""
+    A worker process otherwise keeps every executable the suite has compiled loaded to its end,
+    each with its own code mappings: a worker had 17,000 memory maps (6 GB) after 50 minutes,
+    and XLA crashed inside compilation (a segmentation fault, twice in one CI run, after 50 and 70
+    minutes), as it does when the kernel's limit on maps (vm.max_map_count, 65,530 by default)
+    is reached. Cleared, the maps of freed executables are reused: 150 compilations add ~250
+    maps, and 150 more after a clear add none. Programs rarely repeat across modules, so little
+    is compiled twice (four inference modules in one process: peak memory 1.8 GB instead of
+    3.0 GB, and no slower)."""
     yield
     import gc
 
