@@ -157,10 +157,11 @@ def _release_compiled_programs():
     """Drop JAX's in-memory caches of traced and compiled programs after each test module.
 
     A worker process otherwise keeps every executable the suite has compiled loaded to its end,
-    each with its own code mappings: a worker had 17,000 memory maps (6 GB) after 50 minutes,
-    and XLA crashed inside compilation (a segmentation fault, twice in one CI run, after 50 and 70
-    minutes), as it does when the kernel's limit on maps (vm.max_map_count, 65,530 by default)
-    is reached. Cleared, the maps of freed executables are reused: 150 compilations add ~250
+    each with its own code mappings: a worker had 18,000 memory maps after 22 minutes (and its
+    predecessor 6 GB), and XLA crashed inside compilation (a segmentation fault, twice in one CI
+    run, after 50 and 70 minutes), consistent with the kernel's limit on maps
+    (vm.max_map_count, 65,530 by default) running out. Cleared, the maps of freed executables
+    are reused: 150 compilations add ~250
     maps, and 150 more after a clear add none. Programs rarely repeat across modules, so little
     is compiled twice (four inference modules in one process: peak memory 1.8 GB instead of
     3.0 GB, and no slower)."""
