@@ -136,11 +136,11 @@ FOCUS = {
     "inference/fa/vb.py": ["cavi_z", "cavi_W", "cavi_mu", "cavi_psi", "cavi_elbo_terms", "z_moments", "sq_resid"],
     "inference/fa/em.py": ["em_e_step", "em_W_mu", "em_psi", "em_objective_terms"],
     "inference/cvq/gibbs.py": ["_s_logits", "s_draw", "_W_natural", "_tau_conditional"],
-    "inference/noca/mcmc.py": ["_log1mexp", "_s_prior_logs", "_s_logits", "s_draw"],
+    "inference/noca/mcmc.py": ["_log1mexp", "_s_prior_logs", "s_logits", "s_draw"],
     "inference/cvq/em.py": ["cvq_e_step", "cvq_m_step", "cvq_bound", "_entropy", "_state_log_joint"],
     "inference/noca/em.py": [
         "lam_update", "_q_grad", "q_update", "theta_update", "theta0_update", "exact_m_step",
-        "solve_decreasing", "_solve_log", "_prior_terms", "pi_update",
+        "solve_decreasing", "_solve_log", "prior_terms", "pi_update",
     ],
     "inference/mfa/gibbs.py": [
         "c_marginal_logits", "_z_natural", "_z_prior", "_component_precisions", "_W_natural",

@@ -24,7 +24,7 @@ import numpyro.distributions as dist
 from numpyro.distributions import constraints
 
 
-__all__ = ["MAX_EXACT_K", "all_states", "EnumStats", "enumerate_posterior", "EnumeratedBinary"]
+__all__ = ["MAX_EXACT_K", "all_states", "EnumStats", "chunk_size", "enumerate_posterior", "EnumeratedBinary"]
 
 MAX_EXACT_K = 16  # 65 536 states: the largest K the exact methods accept (reference use: K <= 12)
 
@@ -45,7 +45,9 @@ class EnumStats(NamedTuple):
     RtX: jax.Array  # (S, D)
 
 
-def _chunk_size(num_states: int, N: int, budget: int = 1 << 21) -> int:
+def chunk_size(num_states: int, N: int, budget: int = 1 << 21) -> int:
+    """Rows per chunk of :func:`enumerate_posterior`: at most ``budget`` table entries (rows x
+    states) at a time, and at least one row."""
     return int(max(1, min(N, budget // num_states)))
 
 
@@ -60,7 +62,7 @@ def enumerate_posterior(log_joint: Callable, X: jax.Array, states: jax.Array) ->
     """
     N, D = X.shape
     S = states.shape[0]
-    C = _chunk_size(S, N)
+    C = chunk_size(S, N)
     M = -(-N // C)
     pad = M * C - N
     Xp = jnp.concatenate([X, jnp.zeros((pad, D), X.dtype)]).reshape(M, C, D)

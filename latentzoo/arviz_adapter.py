@@ -44,6 +44,7 @@ __all__ = [
     "posterior_var_names",
     "posterior_array",
     "drop_posterior_vars",
+    "checked_var_names",
     "loo",
 ]
 
@@ -289,7 +290,9 @@ def drop_posterior_vars(idata, names):
 
 
 # ---------------------------------------------------------------------- statistics
-def _var_list(idata, var_names) -> list[str] | None:
+def checked_var_names(idata, var_names) -> list[str] | None:
+    """``var_names`` (a name or a list of names) as a list, or None for all; KeyError naming any
+    that the posterior does not have, and the ones it has."""
     if var_names is None:
         return None
     names = [var_names] if isinstance(var_names, str) else list(var_names)
@@ -310,7 +313,7 @@ def summary(idata, var_names=None) -> pd.DataFrame:
     94% HDI), rows ``name`` / ``name[i, j]``, rounded as ArviZ 0.2x displays them (3 decimals,
     r_hat 2, ESS whole numbers). ``var_names``: a name or list of names (default: all).
     """
-    names = _var_list(idata, var_names)
+    names = checked_var_names(idata, var_names)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # r_hat of constant (EM) draws
         warnings.simplefilter("ignore", UserWarning)
@@ -479,16 +482,3 @@ def load(path: str):
         return xr.load_datatree(path, engine="h5netcdf")
     with az.rc_context({"data.load": "eager"}):
         return az.from_netcdf(path, engine="h5netcdf")
-
-
-_PLOTS = frozenset({"plot_trace", "plot_rank", "plot_ppc", "plot_predictive_columns", "plot_loo_pit",
-                    "run_title"})
-
-
-def __getattr__(name):
-    # the plots live in latentzoo.arviz_plots; the spellings azx.plot_* of earlier code still work
-    if name in _PLOTS:
-        from latentzoo import arviz_plots
-
-        return getattr(arviz_plots, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

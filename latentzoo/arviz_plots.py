@@ -21,6 +21,7 @@ from matplotlib.collections import LineCollection  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
 __all__ = [
+    "save_figure",
     "run_title",
     "plot_trace",
     "plot_rank",
@@ -37,7 +38,7 @@ _CHAIN_STYLES = ["solid", "dotted", "dashed", "dashdot", (0, (5, 1)), (0, (1, 3)
 MAX_RANK_PANELS = 12
 
 
-def _savefig(fig, path, palette: bool = False):
+def save_figure(fig, path, palette: bool = False):
     """Save and close ``fig`` (atomically). ``palette``: a PNG of 128 colours, for plots of many
     anti-aliased curves (a quarter of the size, no visible change)."""
     with warnings.catch_warnings():
@@ -89,7 +90,7 @@ def plot_trace(idata, path: str, var_names=None, coords=None, title: str | None 
     """Trace plot (marginal density and draws per chain, one row per variable) saved as PNG,
     with a legend of the chains (when there are several) and a title: ``title``, else
     "model / method on data" from the run metadata (:func:`run_title`)."""
-    names = azx._var_list(idata, var_names)
+    names = azx.checked_var_names(idata, var_names)
     title = title or run_title(idata)
     chains = idata.posterior.sizes.get("chain", 1) > 1
     with warnings.catch_warnings():
@@ -115,7 +116,7 @@ def plot_trace(idata, path: str, var_names=None, coords=None, title: str | None 
                 axes[0, -1].legend(handles=handles, title="chain", fontsize=7, title_fontsize=7,
                                    loc="upper right")
     _suptitle(fig, title)
-    _savefig(fig, path)
+    save_figure(fig, path)
 
 
 def _num_entries(idata, name: str) -> int:
@@ -142,7 +143,7 @@ def rank_entries(idata, var_names=None, max_panels: int = MAX_RANK_PANELS) -> di
     """The scalar entries a rank plot of ``var_names`` shows when they have more than
     ``max_panels`` in all: the ``max_panels`` with the largest split R-hat, as
     ``{"site[i,j]": draws (chains, draws)}`` in decreasing R-hat; None when all fit."""
-    names = azx._var_list(idata, var_names) or azx.posterior_var_names(idata)
+    names = azx.checked_var_names(idata, var_names) or azx.posterior_var_names(idata)
     total = sum(_num_entries(idata, n) for n in names)
     if total <= max_panels:
         return None
@@ -168,7 +169,7 @@ def plot_rank(idata, path: str, var_names=None, coords=None,
     more than ``max_panels`` scalar entries in all (and no ``coords`` chosen) are shown by the
     ``max_panels`` entries with the largest split R-hat (:func:`rank_entries`), which the title
     says: at D = 7129 a panel per entry would be unreadable and take minutes to draw."""
-    names = azx._var_list(idata, var_names)
+    names = azx.checked_var_names(idata, var_names)
     title = None
     if coords is None:
         picked = rank_entries(idata, names, max_panels)
@@ -185,7 +186,7 @@ def plot_rank(idata, path: str, var_names=None, coords=None,
         else:
             fig = _figure_of(az.plot_rank(idata, var_names=names, coords=coords))
     _suptitle(fig, title)
-    _savefig(fig, path)
+    save_figure(fig, path)
 
 
 def plot_ppc(idata, path: str, var_names=None, num_pp_samples=100, title: str | None = None) -> None:
@@ -219,7 +220,7 @@ def plot_ppc(idata, path: str, var_names=None, num_pp_samples=100, title: str | 
         else:
             fig = _figure_of(az.plot_ppc(idata, var_names=var_names, num_pp_samples=num_pp_samples))
     _suptitle(fig, title)
-    _savefig(fig, path)
+    save_figure(fig, path)
 
 
 def _smoothed_density(x, edges):
@@ -293,7 +294,7 @@ def plot_predictive_columns(observed, replicated, path: str, *, columns=None, ma
         ax.tick_params(labelsize=7)
     axes.ravel()[0].legend(fontsize=7, loc="best")
     _suptitle(fig, title)
-    _savefig(fig, path, palette=True)
+    save_figure(fig, path, palette=True)
 
 
 def plot_loo_pit(pit, path: str, title: str | None = None) -> None:
@@ -319,4 +320,4 @@ def plot_loo_pit(pit, path: str, title: str | None = None) -> None:
     right.set_xlabel("LOO-PIT value")
     right.set_ylabel("density")
     _suptitle(fig, title)
-    _savefig(fig, path)
+    save_figure(fig, path)

@@ -33,6 +33,7 @@ import pandas as pd
 
 __all__ = [
     "Statistic",
+    "column_pairs",
     "MAX_PAIRS",
     "NUM_SHOWN_PAIRS",
     "EXTREME",
@@ -78,7 +79,7 @@ EXTREME = 0.05
 
 
 # ------------------------------------------------------------------------------ pairs
-def _pairs(D: int, max_pairs: int = MAX_PAIRS) -> tuple[np.ndarray, np.ndarray]:
+def column_pairs(D: int, max_pairs: int = MAX_PAIRS) -> tuple[np.ndarray, np.ndarray]:
     """Column pairs (i, j), i < j: all of them when there are at most ``max_pairs``, else a fixed
     random subset (seeded by D, so observed and replicated data see the same pairs)."""
     i, j = np.triu_indices(D, k=1)
@@ -110,7 +111,7 @@ def _standardised(X: np.ndarray) -> np.ndarray:
 
 def _correlations(X: np.ndarray, max_pairs: int = MAX_PAIRS) -> np.ndarray:
     Z = _standardised(X)
-    i, j = _pairs(X.shape[-1], max_pairs)
+    i, j = column_pairs(X.shape[-1], max_pairs)
     return _pair_means(Z, Z, i, j)
 
 
@@ -154,7 +155,7 @@ def corr_pairs(X):
 
 def shown_pairs(D: int) -> list[str]:
     """Labels ``"(i, j)"`` of the pairs :func:`corr_pairs` looks at, for D columns."""
-    i, j = _pairs(D, NUM_SHOWN_PAIRS)
+    i, j = column_pairs(D, NUM_SHOWN_PAIRS)
     return [f"({a}, {b})" for a, b in zip(i.tolist(), j.tolist())]
 
 
@@ -178,7 +179,7 @@ def row_sum_max(X):
 
 
 def _cooccurrence(X):
-    i, j = _pairs(X.shape[-1])
+    i, j = column_pairs(X.shape[-1])
     return _pair_means(X, X, i, j), i, j
 
 

@@ -67,9 +67,9 @@ def test_matrix_statistics_shapes_and_values():
 def test_pairs_are_a_fixed_subset_at_large_D():
     rng = np.random.default_rng(3)
     X = rng.normal(size=(30, 100))
-    i, j = pc._pairs(100)
+    i, j = pc.column_pairs(100)
     assert i.size == pc.MAX_PAIRS and np.all(i < j)
-    i2, j2 = pc._pairs(100)
+    i2, j2 = pc.column_pairs(100)
     assert np.array_equal(i, i2) and np.array_equal(j, j2)  # same pairs for observed and replicates
     C = np.corrcoef(X.T)
     assert pc.corr_mean_abs(X) == pytest.approx(np.abs(C[i, j]).mean())

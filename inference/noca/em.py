@@ -63,6 +63,7 @@ from latentzoo.inference.enumerate import all_states
 from latentzoo.inference.noca.bound import Q_TINY, dlog1mexp, log1mexp, positive_terms
 
 __all__ = [
+    "prior_terms",
     "lam_update",
     "q_update",
     "pi_update",
@@ -156,7 +157,7 @@ def _solve_log(fn, start, num_iter):
     return jnp.clip(jnp.exp(t), THETA_MIN, THETA_MAX)
 
 
-def _prior_terms(v, a, b):
+def prior_terms(v, a, b):
     """The log prior (a - 1) f(v) - b v of a NoisyOrBeta(a, b) strength (no constant), its first
     and second derivatives in v. ``a = 1`` contributes no f terms (exactly, also at v -> 0)."""
     f1 = dlog1mexp(v)
@@ -184,14 +185,14 @@ def theta_update(theta, theta0, lam, q, X, rows, cols, num_iter: int = 30, a=1.0
         a_ = th0_p[:, None] + th.T[cols] / qs
         f1 = dlog1mexp(a_)
         f2 = -(f1 + f1 * f1)
-        _, p1, p2 = _prior_terms(th, a, b)
+        _, p1, p2 = prior_terms(th, a, b)
         g = seg(jnp.where(q > 0, lam_p * f1, 0.0)) - A + p1
         dg = seg(jnp.where(q > 0, lam_p * f2 / qs, 0.0)) + p2
         return g, dg
 
     def objective(th):
         a_ = th0_p[:, None] + th.T[cols] / qs
-        return seg(jnp.where(q > 0, q * lam_p * log1mexp(a_), 0.0)) - A * th + _prior_terms(th, a, b)[0]
+        return seg(jnp.where(q > 0, q * lam_p * log1mexp(a_), 0.0)) - A * th + prior_terms(th, a, b)[0]
 
     new = _solve_log(fn, theta, num_iter)
     return jnp.where(objective(new) >= objective(theta), new, theta)
@@ -212,11 +213,11 @@ def theta0_update(theta, theta0, lam, q, X, rows, cols, num_iter: int = 30, a=1.
         f2a, f2b = -(f1a + f1a**2), -(f1b + f1b**2)
         w = jnp.where(q > 0, q * (lam_p * f1a + (1.0 - lam_p) * f1b), 0.0).sum(1)
         dw = jnp.where(q > 0, q * (lam_p * f2a + (1.0 - lam_p) * f2b), 0.0).sum(1)
-        _, p1, p2 = _prior_terms(th0, a, b)
+        _, p1, p2 = prior_terms(th0, a, b)
         return seg(w) - N0 + p1, seg(dw) + p2
 
     def objective(th0):
-        return seg(positive_terms(q, lam_p, th_p, th0[cols]).sum(1)) - N0 * th0 + _prior_terms(th0, a, b)[0]
+        return seg(positive_terms(q, lam_p, th_p, th0[cols]).sum(1)) - N0 * th0 + prior_terms(th0, a, b)[0]
 
     new = _solve_log(fn, theta0, num_iter)
     return jnp.where(objective(new) >= objective(theta0), new, theta0)

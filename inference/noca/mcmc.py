@@ -55,7 +55,7 @@ from latentzoo.inference.enumerate import EnumeratedBinary, all_states
 from latentzoo.inference.gibbs import ConjugateGibbs
 from latentzoo.inference.updates import GibbsUpdate, unwrap
 
-__all__ = ["noca_updates", "noca_kernel", "s_update", "s_conditional", "s_draw", "ENUM_MAX_K"]
+__all__ = ["noca_updates", "noca_kernel", "s_update", "s_logits", "s_conditional", "s_draw", "ENUM_MAX_K"]
 
 BERNOULLI = (dist.BernoulliProbs, dist.BernoulliLogits)  # dist.Bernoulli is a factory, not a class
 
@@ -76,7 +76,7 @@ def _s_prior_logs(priors, shape):
     return jnp.log(p), jnp.log1p(-p)
 
 
-def _s_logits(values, obs, priors):
+def s_logits(values, obs, priors):
     """(N, 2^K) log p(x_n, s) up to a constant in s, and the states (2^K, K)."""
     X = obs["X"]
     theta, theta0 = _site("theta", values, obs), _site("theta0", values, obs)
@@ -89,7 +89,7 @@ def _s_logits(values, obs, priors):
 
 
 def s_conditional(values, obs, priors):
-    return {"s": EnumeratedBinary(*_s_logits(values, obs, priors))}
+    return {"s": EnumeratedBinary(*s_logits(values, obs, priors))}
 
 
 def s_draw(key, values, obs, priors, *, max_enum_K: int = ENUM_MAX_K):

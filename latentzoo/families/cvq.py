@@ -26,14 +26,14 @@ def _loglik(X, W, pi, sigma):
     """Pointwise marginal log-likelihood log p(x_n | W, pi, sigma) (s summed out exactly) of
     draws (chains, draws, ...) -> (chains, draws, N), a few draws at a time; None for K > 12."""
     from latentzoo.inference.cvq import cvq_exact_loglik
-    from latentzoo.inference.enumerate import _chunk_size
+    from latentzoo.inference.enumerate import chunk_size
 
     N, D = X.shape
     K = np.shape(W)[-1]
     if K > LOGLIK_MAX_K:
         return None
     # the temporaries: an (N, 2^K) table (or enumerate_posterior's chunk of it), and 2^K x D
-    table = min(N, _chunk_size(2**K, N)) * 2**K + 2**K * D + N * K
+    table = min(N, chunk_size(2**K, N)) * 2**K + 2**K * D + N * K
     return runs.map_draws(partial(cvq_exact_loglik, per_row=True), W, pi, sigma,
                           shared=(jnp.asarray(X),), bytes_per_draw=3 * 8 * table)
 

@@ -340,7 +340,7 @@ def test_from_mcmc_names_custom_log_likelihood_and_replicates_like_the_observati
 def saved_figures(monkeypatch):
     """The figures the adapter saves (their text checked before they are closed)."""
     seen = []
-    original = azp._savefig
+    original = azp.save_figure
 
     def keep(fig, path, **kwargs):
         texts = [t.get_text() for ax in fig.axes for t in [ax.title]]
@@ -351,7 +351,7 @@ def saved_figures(monkeypatch):
                      "titles": texts, "legend": legends, "panels": sum(ax.get_visible() for ax in fig.axes)})
         original(fig, path, **kwargs)
 
-    monkeypatch.setattr(azp, "_savefig", keep)
+    monkeypatch.setattr(azp, "save_figure", keep)
     return seen
 
 

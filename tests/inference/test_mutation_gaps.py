@@ -90,10 +90,10 @@ def test_q_update_moves_findings_with_restricted_parents():
 def test_flat_gate_prior_term_is_exact_at_zero_strength():
     # NoisyOrBeta(1, b): no (a - 1) f(v) term at all, also where f(0) = log(1 - e^0) = -inf
     # (a term 0 * -inf would be NaN and poison the M-step's objective comparison).
-    from latentzoo.inference.noca.em import _prior_terms
+    from latentzoo.inference.noca.em import prior_terms
 
     v = jnp.array([0.0, 1e-300, 0.7])
-    val, _, _ = _prior_terms(v, 1.0, 2.5)
+    val, _, _ = prior_terms(v, 1.0, 2.5)
     np.testing.assert_array_equal(np.asarray(val), -2.5 * np.asarray(v))
 
 

@@ -173,7 +173,7 @@ def test_enumerated_posterior_sums_over_several_chunks_with_padding():
     rng = np.random.default_rng(3)
     W, X = jnp.asarray(rng.normal(size=(D, K))), jnp.asarray(rng.normal(size=(N, D)) * 2.0)
     states = en.all_states(K)
-    assert en._chunk_size(states.shape[0], N) < N and N % en._chunk_size(states.shape[0], N)
+    assert en.chunk_size(states.shape[0], N) < N and N % en.chunk_size(states.shape[0], N)
     lp = jnp.asarray(rng.normal(size=2**K))  # a prior over states
 
     def log_joint(Xc):  # (C, S): a Gaussian likelihood of each row under every state

@@ -72,7 +72,7 @@ def broken_s_update():
     """s | . with the sign of -(1 - x) z flipped: rewards sources whose findings stay off."""
 
     def conditional(values, obs, priors):
-        logits, states = noca_mcmc._s_logits(values, obs, priors)
+        logits, states = noca_mcmc.s_logits(values, obs, priors)
         Z = obs["theta0"][None, :] + states @ obs["theta"]
         return {"s": EnumeratedBinary(logits + 2.0 * (1.0 - obs["X"]) @ Z.T, states)}
 
@@ -102,7 +102,7 @@ def test_enumerated_table_is_finite_without_a_leak():
     values = {"theta": THETA, "theta0": jnp.zeros(4), "pi": jnp.full(3, 0.3), "s": jnp.zeros((2, 3))}
     # the model's own X site rejects z = 0 (logit -inf), so the update's inputs are given directly
     priors, obs = {"s": dist.Bernoulli(probs=values["pi"])}, {"X": X}
-    logits, _ = noca_mcmc._s_logits(values, obs, priors)
+    logits, _ = noca_mcmc.s_logits(values, obs, priors)
     assert bool(jnp.all(jnp.isfinite(logits)))
     s = noca_mcmc.s_draw(jax.random.PRNGKey(0), values, obs, priors, max_enum_K=0)["s"]
     assert bool(jnp.all(jnp.isfinite(s)))
