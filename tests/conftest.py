@@ -5,22 +5,26 @@ import warnings
 
 import pytest
 
-# JAX's persistent compilation cache: opt-in. Most of the suite's time is XLA compiling the same
-# Gibbs / NUTS / SBC programs and the thousands of single-primitive programs eager code compiles;
-# with the cache a later run loads them instead (a warm run takes about half as long). But on
-# jaxlib 0.10 / CPU, loading an entry has crashed a test process with a segmentation fault
-# (inside the executable's deserialisation, with entries written atomically, see below), and a
-# crashed xdist worker costs the CI run its time budget. So the suite compiles afresh unless
-#   LATENTZOO_TEST_JAX_CACHE=1     uses ~/.cache/latentzoo/jax (or $XDG_CACHE_HOME/latentzoo/jax),
-#   JAX_COMPILATION_CACHE_DIR=DIR  uses DIR (experiments/mutation_score.py passes a private copy).
-# The key is the program itself, the jaxlib version, the platform and the XLA flags, so a changed
-# kernel or a jax upgrade compiles afresh rather than reuse a stale entry. Set through the
-# environment, before JAX is imported, so that the interpreters some tests start (the CLI's
-# console script, the four-device run) follow the same setting.
+# JAX's persistent compilation cache, for the whole test session. Most of the suite's time is XLA
+# compiling the same Gibbs / NUTS / SBC programs and the thousands of single-primitive programs
+# eager code compiles, on every run: cold, the suite takes about 28 minutes on 2 cores; with the
+# cache a later run (a fresh CI venv too: the folder is the user's, not the venv's) loads them
+# instead, and identical programs in different tests hit it within one run. The key is the
+# program itself (without source locations), the jaxlib version, the platform and the XLA flags,
+# so a changed kernel, a jax upgrade or other flags compile afresh rather than reuse a stale entry.
+#   default                        ~/.cache/latentzoo/jax (or $XDG_CACHE_HOME/latentzoo/jax);
+#   JAX_COMPILATION_CACHE_DIR=DIR  DIR (experiments/mutation_score.py passes a private copy);
+#   LATENTZOO_TEST_JAX_CACHE=0     compile everything afresh (as does JAX_ENABLE_COMPILATION_CACHE=false).
+# Workers that crashed inside XLA (while loading an entry, and with the cache off while compiling)
+# ran out of memory maps, not into bad entries: see _release_compiled_programs below. Entries are
+# written atomically (see _atomic_cache_writes). Set through the environment, before JAX is
+# imported, so that the interpreters some tests start (the CLI's console script, the four-device
+# run) follow the same setting.
 _CACHE_HOME = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-if os.environ.get("LATENTZOO_TEST_JAX_CACHE") == "1":
+if os.environ.get("LATENTZOO_TEST_JAX_CACHE") != "0":
     os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(_CACHE_HOME, "latentzoo", "jax"))
 _USE_CACHE = bool(os.environ.get("JAX_COMPILATION_CACHE_DIR")) \
+    and os.environ.get("LATENTZOO_TEST_JAX_CACHE") != "0" \
     and os.environ.get("JAX_ENABLE_COMPILATION_CACHE", "").lower() not in ("false", "0")
 _JAX_CACHE = {
     # Every program, however quick to compile: loading an entry takes ~10 ms where compiling even
