@@ -94,7 +94,7 @@ TESTS = {
         "tests/inference/test_noca_mcmc.py",
         "tests/inference/test_cvq_gibbs.py",
     ],
-    "inference/fa/online_kernels.py": ["tests/inference/test_online_fa.py"],
+    "inference/fa/online_kernels.py": ["tests/inference/test_mutation_gaps.py", "tests/inference/test_online_fa.py"],
     "inference/fa/online.py": ["tests/inference/test_online_fa.py", "tests/cli/test_streaming_run.py"],
     "inference/fa/fit.py": ["tests/inference/test_fa_vb.py", "tests/cli/test_cli.py"],
     "inference/gibbs.py": [

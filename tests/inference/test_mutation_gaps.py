@@ -3,7 +3,11 @@
 - the shear move's draw of c (its precision and its noise scale) against the exact target on its
   orbit, at random prior scales: the likelihood check passes whatever c is;
 - the NOCA M-step's safeguarded Newton solver reaches round-off in a dozen iterations: a wrong Newton
-  step falls back to bisection, which still meets loose tolerances but not this one.
+  step falls back to bisection, which still meets loose tolerances but not this one; NOCA's
+  updates on findings with restricted parent sets (q = 0 exactly);
+- the streaming EM step's boundaries: the last warm-up batch, the noise floor of a constant
+  column after the SA step drops below 1, and the finalisation before and from the first
+  averaged row.
 """
 
 import jax
@@ -113,3 +117,62 @@ def test_noca_m_steps_reach_round_off_in_a_dozen_newton_iterations(block):
         solve = jax.jit(lambda n: theta0_update(p["theta_loc"], p["theta0_loc"], p["lam"], q, X,
                                                 rows, cols, n, a[0], b[0]), static_argnums=0)
     np.testing.assert_allclose(solve(12), solve(80), rtol=1e-10, atol=1e-12)
+
+
+# ------------------------------------------- streaming EM (inference/fa/online_kernels.py)
+# A stream of 8 batches of 10 rows from a 2-factor model with a constant column (as digits'
+# pixels are), through the default mini-batched SA-EM step; sizes at which every branch is taken.
+_EM_KW = dict(warmup=20, sa_start=10, kappa=0.6, averaging_start=50, psi_floor=1e-3)
+
+
+def _em_stream(batch=10, **kw):
+    from latentzoo.inference.fa.online_kernels import em_batch_step, em_init, init_factors
+
+    rng = np.random.default_rng(11)
+    X = rng.normal(size=(80, 2)) @ rng.normal(size=(2, 6)) + 0.5 * rng.normal(size=(80, 6))
+    X[:, 2] = 3.0
+    state = em_init(init_factors(jax.random.PRNGKey(0), 6, 2))
+    step = jax.jit(lambda s, x, m: em_batch_step(s, x, m, **{**_EM_KW, **kw}))
+    states = [state]
+    for lo in range(0, 80, batch):
+        states.append(step(states[-1], jnp.asarray(X[lo:lo + batch]), jnp.ones(batch)))
+    return states
+
+
+def test_em_warmup_moves_only_the_mean_for_exactly_warmup_rows():
+    # warmup = 20 rows = two batches: the statistics start with the third batch, not the second
+    states = _em_stream()
+    assert float(states[2].n) == 20.0 and float(states[2].n_em) == 0.0
+    np.testing.assert_array_equal(states[2].A, states[0].A)
+    assert float(states[3].n_em) == 10.0
+
+
+def test_em_noise_floor_of_a_constant_column_is_relative_to_the_mean_variance():
+    # The constant column's psi sits on its floor, psi_floor^2 * mean(d2): the mean over
+    # features of the updated d2, tracked through the step from the batch's sums. Checked after
+    # sa_start, where the SA step is below 1 and the old mean enters.
+    from latentzoo.inference.fa.online_kernels import noise_floor
+
+    last = _em_stream()[-1]
+    assert float(last.d2[2]) == 0.0
+    np.testing.assert_allclose(last.psi[2], noise_floor(last.d2, last.d2.mean(), 1e-3)[2], rtol=1e-12)
+
+
+def test_em_finalize_takes_the_averaged_statistics_from_the_first_averaged_row():
+    # (F, psi) from the averaged statistics once any row was averaged (n_avg >= 1), the running
+    # ones (F = A H^-1, psi) before; both differ here, since averaging started at row 50.
+    from latentzoo.inference.fa.online_kernels import em_finalize, noise_floor
+
+    last = _em_stream()[-1]
+    assert float(last.n_avg) == 30.0
+    F, psi = em_finalize(last._replace(n_avg=jnp.zeros(())), 1e-3)
+    np.testing.assert_allclose(F, jnp.linalg.solve(last.H, last.A.T).T, rtol=1e-10)
+    np.testing.assert_array_equal(psi, last.psi)
+    F1, psi1 = em_finalize(last._replace(n_avg=jnp.ones(())), 1e-3)
+    H = last.S_avg + last.B_avg
+    F_avg = jnp.linalg.solve(H, last.A_avg.T).T
+    np.testing.assert_allclose(F1, F_avg, rtol=1e-10)
+    var = last.d2_avg
+    want = jnp.maximum(var - jnp.sum(F_avg * last.A_avg, axis=1), noise_floor(var, var.mean(), 1e-3))
+    np.testing.assert_allclose(psi1, want, rtol=1e-10)
+    assert float(jnp.abs(F1 - F).max()) > 1e-3
