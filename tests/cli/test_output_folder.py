@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from latentzoo import arviz_adapter as azx
+from latentzoo import arviz_plots as azp
 from latentzoo.cli import main
 from latentzoo.results import MANIFEST, staged_run_dir
 
@@ -134,7 +135,7 @@ def test_streaming_run_writes_through_the_same_staging(tmp_path, monkeypatch, ca
     def full(*a, **k):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(azx, "plot_trace", full)
+    monkeypatch.setattr(azp, "plot_trace", full)
     monkeypatch.setattr("latentzoo.runs._plot_objective", full)
     assert main(argv[:-2] + ["--seed", "5", "--out", str(out)]) == 2
     err = capsys.readouterr().err
