@@ -86,7 +86,8 @@ TESTS = {
     "inference/fa/em.py": ["tests/inference/test_fa_vb.py", "tests/inference/test_cavi_driver.py"],
     "inference/cvq/em.py": ["tests/inference/test_cvq_em.py"],
     "inference/noca/em.py": ["tests/inference/test_mutation_gaps.py", "tests/inference/test_noca_em.py"],
-    "inference/noca/bound.py": ["tests/inference/test_noca_em.py", "tests/inference/test_noca_fit.py"],
+    "inference/noca/bound.py": ["tests/inference/test_mutation_gaps.py", "tests/inference/test_noca_em.py",
+                                "tests/inference/test_noca_fit.py"],
     "inference/noca/blocks.py": ["tests/inference/test_noca_em.py", "tests/inference/test_noca_fit.py"],
     "inference/noca/mcmc.py": ["tests/inference/test_update_checks.py", "tests/inference/test_noca_mcmc.py"],
     "inference/binary_draw.py": [
@@ -188,6 +189,15 @@ EQUIVALENT = {
      "dg = seg(jnp.where((q >= 0), lam_p * f2 / qs, 0.0)) + p2"):
         "for q = 0, qs = Q_TINY = 1e-300 and theta >= THETA_MIN = 1e-8, so a_ >= 1e292 and "
         "f2(a_) = -(f1 + f1^2) is exactly 0 in float64: the term the mask removes is already 0",
+    ("inference/noca/bound.py", "positive_terms",
+     "return jnp.where(q > 0, q * (lam_p * on + (1.0 - lam_p) * off), 0.0)",
+     "return (q * (lam_p * on + (1.0 - lam_p) * off))"):
+        "where q = 0 the unmasked term is 0 * (finite): on = f(theta0 + theta / Q_TINY) = f(>= 1e292) "
+        "= 0 and off = f(theta0) is finite, since every caller keeps theta0 >= THETA_MIN = 1e-8",
+    ("inference/noca/bound.py", "noca_importance_loglik",
+     "s = (jax.random.uniform(key, r.shape) < r).astype(X.dtype)  # (N, K)",
+     "s = ((jax.random.uniform(key, r.shape) <= r)).astype(X.dtype)  # (N, K)"):
+        "u is a continuous uniform draw: u == r has probability 0",
     ("inference/fa/online_kernels.py", "em_batch_step",
      "cols = new if lo == 0 else cols.at[:, lo:].set(new)",
      "cols = new if lo == (1) else cols.at[:, lo:].set(new)"):

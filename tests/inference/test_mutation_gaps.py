@@ -176,3 +176,20 @@ def test_em_finalize_takes_the_averaged_statistics_from_the_first_averaged_row()
     want = jnp.maximum(var - jnp.sum(F_avg * last.A_avg, axis=1), noise_floor(var, var.mean(), 1e-3))
     np.testing.assert_allclose(psi1, want, rtol=1e-10)
     assert float(jnp.abs(F1 - F).max()) > 1e-3
+
+
+def test_noca_bound_split_by_rows_sums_to_the_bound():
+    # The re-seeding of switched-off sources ranks rows by their share of the bound
+    # (noca_bound_rows); the fits' tests only see the total (noca_bound), so a wrong prior or
+    # negative-findings term in the per-row split would go unseen. At random parameters
+    # (not a fixed point of any update) the rows must add up to the bound to round-off.
+    from latentzoo.inference.noca.bound import noca_bound, noca_bound_rows
+    from tests.inference.test_noca_em import _random_problem
+
+    X, p, P = _random_problem(12, N=40)
+    rows = noca_bound_rows(p, X, num_pos=P)
+    assert rows.shape == (40,)
+    np.testing.assert_allclose(rows.sum(), noca_bound(p, X, num_pos=P), rtol=1e-12)
+    # and row by row: each row's share is the bound of that row alone
+    one = {**p, "lam": p["lam"][3:4], "q": p["q"][np.asarray(X[:3]).sum().astype(int):][: int(X[3].sum())]}
+    np.testing.assert_allclose(rows[3], noca_bound(one, X[3:4], num_pos=int(X[3].sum())), rtol=1e-12)
