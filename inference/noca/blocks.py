@@ -162,8 +162,10 @@ def noca_data_init(rng_key, X, K: int, *, seed_rows=None, leak_share: float = 0.
     i's template is the mean of the rows weighted by how much of the seed they contain,
     :math:`w_{ni} = (|x_n\wedge x_{s_i}|/|x_{s_i}|)^2`; its gate :math:`p_{ij}` is the excess of
     that mean over the item's overall frequency :math:`\bar x_j`, as a noisy-OR would add it,
-    :math:`(m_{ij} - \bar x_j)/(1 - \bar x_j)` clipped to [0, ``p_max``]; :math:`\pi_i` is the mean
-    weight and the leak :math:`p_{0j}` is ``leak_share`` of the item's frequency. On sparse data
+    :math:`(m_{ij} - \bar x_j)/(1 - \bar x_j)` clipped to [0, ``p_max``], with the smoothed
+    frequency :math:`\bar x_j = (\sum_n x_{nj} + \tfrac12)/(N + 1)`; :math:`\pi_i` is the mean
+    weight clipped to [0.01, 0.5] and the leak :math:`p_{0j}` is ``leak_share`` of the item's
+    frequency. On sparse data
     an active source then turns on its seed's items and almost nothing else. ``seed_rows`` (K,)
     gives the seeds instead (the re-seeding of switched-off sources).
     """

@@ -193,3 +193,55 @@ def test_noca_bound_split_by_rows_sums_to_the_bound():
     # and row by row: each row's share is the bound of that row alone
     one = {**p, "lam": p["lam"][3:4], "q": p["q"][np.asarray(X[:3]).sum().astype(int):][: int(X[3].sum())]}
     np.testing.assert_allclose(rows[3], noca_bound(one, X[3:4], num_pos=int(X[3].sum())), rtol=1e-12)
+
+
+# ------------------------------------------------- NOCA's data-driven start (noca/blocks.py)
+def _clustered_rows(K=3, per=6, D=12, seed=0):
+    """K groups of identical rows on disjoint item sets (Jaccard distance 1 between groups, 0
+    within), plus one row with items of two groups."""
+    X = np.zeros((K * per + 1, D))
+    items = np.array_split(np.arange(D), K)
+    for k in range(K):
+        X[k * per:(k + 1) * per, items[k]] = 1.0
+    X[-1, items[0][:2]] = X[-1, items[1][:2]] = 1.0
+    return X
+
+
+def test_data_start_follows_its_documented_formulas():
+    # With the seeds given, the start is a formula of the data (the docstring's): template
+    # weights w = containment^2, gates p = (m - f) / (1 - f) clipped to [0, p_max] with the
+    # smoothed item frequency f = (sum_n x + 1/2) / (N + 1), leak share of f, pi = mean weight in
+    # [0.01, 0.5]. Computed here independently from the rows.
+    from latentzoo.inference.noca.blocks import noca_data_init
+
+    X = _clustered_rows()
+    N = X.shape[0]
+    seeds = [0, 6, 12]
+    out = noca_data_init(jax.random.PRNGKey(0), jnp.asarray(X), 3, seed_rows=seeds, leak_share=0.3)
+    f = (X.sum(0) + 0.5) / (N + 1.0)
+    S = X[seeds]
+    w = ((X @ S.T) / S.sum(1)) ** 2
+    m = (w.T @ X) / w.sum(0)[:, None]
+    p = np.clip((m - f) / (1.0 - f), 0.0, 0.9)
+    np.testing.assert_allclose(out["theta_loc"], np.clip(-np.log1p(-p), 1e-8, 50.0), rtol=1e-12)
+    np.testing.assert_allclose(out["theta0_loc"], -np.log1p(-0.3 * f), rtol=1e-12)
+    np.testing.assert_allclose(out["pi_loc"], np.clip(w.mean(0), 0.01, 0.5), rtol=1e-12)
+    # a source whose seed few rows contain gets the floor 0.01, not less
+    lone = noca_data_init(jax.random.PRNGKey(0), jnp.asarray(X), 1, seed_rows=[N - 1])
+    assert float(lone["pi_loc"][0]) >= 0.01
+
+
+def test_data_start_seeds_every_group_and_survives_fewer_patterns_than_sources():
+    # k-means++ by Jaccard distance: a row identical to a seed has weight 0, so with K groups of
+    # identical rows the K seeds land in K different groups, whatever the random draws. With
+    # fewer distinct rows than sources every weight reaches 0 and the remaining seeds are drawn
+    # uniformly (no division by a zero total).
+    from latentzoo.inference.noca.blocks import noca_data_init
+
+    X = _clustered_rows()[:-1]  # three groups, no mixed row
+    for seed in range(5):
+        out = noca_data_init(jax.random.PRNGKey(seed), jnp.asarray(X), 3)
+        on = np.asarray(out["theta_loc"]) > 0.5  # each source's items
+        assert sorted(int(np.argmax(r)) // 4 for r in on) == [0, 1, 2], on
+    out = noca_data_init(jax.random.PRNGKey(1), jnp.asarray(X), 5)
+    assert np.all(np.isfinite(np.asarray(out["theta_loc"]))) and out["theta_loc"].shape == (5, 12)
