@@ -35,6 +35,22 @@ def test_shear_draw_matches_its_exact_orbit_target_at_random_prior_scales():
         assert result.passed, (result.z_scores, result.exact_moments, result.chain_moments)
 
 
+def test_shear_draw_matches_its_exact_orbit_target_at_column_varying_prior_scales():
+    # The registry's random priors give every column of W (and of z) the same scale, so a shear
+    # that reads column k's scale where column l's belongs cannot show there; here the columns'
+    # prior means and scales differ (scales 0.4 vs 2.5 for W, 1.8 vs 0.6 for z).
+    import numpyro.distributions as dist
+
+    priors = FA.checks.random_priors(np.random.default_rng(4))
+    priors["W"] = dist.Normal(jnp.array([0.3, -0.5]), jnp.array([0.4, 2.5]))
+    priors["z"] = dist.Normal(jnp.array([-0.2, 0.6]), jnp.array([1.8, 0.6]))
+    kw = dict(N=4, D=3, K=2, priors=priors)
+    result = check_move_on_orbit(factor_analysis, fa_gibbs.shear_pair_move(0, 1), kw,
+                                 jax.random.PRNGKey(0), num_steps=8000, half_width=40.0,
+                                 num_grid=20001)
+    assert result.passed, (result.z_scores, result.exact_moments, result.chain_moments)
+
+
 def test_safeguarded_newton_reaches_round_off_in_a_few_steps():
     c = jnp.array([0.3, 2.0, 7.5])
 
