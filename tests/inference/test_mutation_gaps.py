@@ -51,6 +51,21 @@ def test_shear_draw_matches_its_exact_orbit_target_at_column_varying_prior_scale
     assert result.passed, (result.z_scores, result.exact_moments, result.chain_moments)
 
 
+def test_shift_draw_matches_its_exact_orbit_target_at_non_unit_prior_scales():
+    # The shift move draws c exactly from its Gaussian target on the orbit (z_n + c, mu - W c);
+    # K = 1 makes the orbit one-dimensional for the check. With z's prior scale 1.8 a precision
+    # built from s_z instead of s_z^2 gives the wrong spread (second-moment z of -4.4).
+    import numpyro.distributions as dist
+
+    priors = FA.checks.random_priors(np.random.default_rng(4))
+    priors["z"] = dist.Normal(0.4, 1.8)
+    kw = dict(N=4, D=3, K=1, priors=priors)
+    result = check_move_on_orbit(factor_analysis, fa_gibbs.shift_move(), kw,
+                                 jax.random.PRNGKey(0), num_steps=8000, half_width=40.0,
+                                 num_grid=20001)
+    assert result.passed, (result.z_scores, result.exact_moments, result.chain_moments)
+
+
 def test_safeguarded_newton_reaches_round_off_in_a_few_steps():
     c = jnp.array([0.3, 2.0, 7.5])
 
