@@ -147,9 +147,9 @@ def rank_entries(idata, var_names=None, max_panels: int = MAX_RANK_PANELS) -> di
     total = sum(_num_entries(idata, n) for n in names)
     if total <= max_panels:
         return None
+    arrays = {n: azx.posterior_array(idata, n) for n in names}
     scored = []
-    for n in names:
-        arr = azx.posterior_array(idata, n)
+    for n, arr in arrays.items():
         flat = arr.reshape(arr.shape[0], arr.shape[1], -1)
         for e, r in enumerate(_split_rhat(flat)):
             scored.append((-r, n, e, arr.shape[2:]))
@@ -158,7 +158,7 @@ def rank_entries(idata, var_names=None, max_panels: int = MAX_RANK_PANELS) -> di
     for _, n, e, shape in scored[:max_panels]:
         index = np.unravel_index(e, shape) if shape else ()
         label = f"{n}[{','.join(str(int(i)) for i in index)}]" if shape else n
-        arr = azx.posterior_array(idata, n)
+        arr = arrays[n]
         picked[label] = arr.reshape(arr.shape[0], arr.shape[1], -1)[:, :, e]
     return picked
 

@@ -53,6 +53,7 @@ from latentzoo.inference.binary_draw import ENUM_MAX_K, draw_binary_block
 from latentzoo.inference.conjugate import beta_bernoulli_update
 from latentzoo.inference.enumerate import EnumeratedBinary, all_states
 from latentzoo.inference.gibbs import ConjugateGibbs
+from latentzoo.inference.noca.bound import log1mexp
 from latentzoo.inference.updates import GibbsUpdate, unwrap
 
 __all__ = ["noca_updates", "noca_kernel", "s_update", "s_logits", "s_conditional", "s_draw", "ENUM_MAX_K"]
@@ -67,8 +68,9 @@ def _site(name, values, obs):
 
 
 def _log1mexp(z):
-    """log(1 - e^-z) for z >= 0, floored at the smallest normal z (finite at z = 0)."""
-    return jnp.log(-jnp.expm1(-jnp.maximum(z, jnp.finfo(jnp.result_type(z)).tiny)))
+    """The bound's :func:`~latentzoo.inference.noca.bound.log1mexp`, log(1 - e^-z), with z floored
+    at the smallest normal float, so it is finite at z = 0."""
+    return log1mexp(jnp.maximum(z, jnp.finfo(jnp.result_type(z)).tiny))
 
 
 def _s_prior_logs(priors, shape):
