@@ -82,8 +82,10 @@ def run_title(idata) -> str | None:
 
 
 def _suptitle(fig, title):
+    # above the panels (the saved bounding box grows to hold it): at the default height it ran
+    # into the first row's panel titles
     if title:
-        fig.suptitle(title)
+        fig.suptitle(title, y=1.0, va="bottom")
 
 
 def plot_trace(idata, path: str, var_names=None, coords=None, title: str | None = None) -> None:
