@@ -34,6 +34,8 @@ import jax
 import jax.numpy as jnp
 import numpyro.distributions as dist
 
+from .tempering import Tempered
+
 
 __all__ = [
     "GibbsUpdate",
@@ -115,9 +117,12 @@ class Move(NamedTuple):
 
 
 def unwrap(d: dist.Distribution) -> dist.Distribution:
-    """Strip ``Independent`` / ``ExpandedDistribution`` / ``MaskedDistribution`` wrappers."""
+    """Strip ``Independent`` / ``ExpandedDistribution`` / ``MaskedDistribution`` wrappers, and
+    the :class:`~latentzoo.inference.tempering.Tempered` wrapper of an annealed likelihood (an
+    update that reads a tempered site finds its family here and its temperature with
+    :func:`~latentzoo.inference.tempering.temperature`)."""
     while isinstance(
-        d, (dist.Independent, dist.ExpandedDistribution, dist.MaskedDistribution)
+        d, (dist.Independent, dist.ExpandedDistribution, dist.MaskedDistribution, Tempered)
     ):
         d = d.base_dist
     return d
