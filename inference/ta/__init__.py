@@ -1,0 +1,13 @@
+"""Tensor analyzers and their mixtures: the Gibbs table (alternating group draws, the exact
+label block), Monte Carlo EM's M-step and the log-likelihood oracle for small latent sizes."""
+
+from .gibbs import (  # noqa: F401
+    group_update,
+    label_group_update,
+    label_update,
+    loadings_update,
+    mta_updates,
+    pi_update,
+    Psi_update,
+    ta_updates,
+)
