@@ -1,0 +1,220 @@
+"""The tensor-analyzer Gibbs tables (TA and MTA): closed-form conditionals against the joint
+density (at beta = 1 and annealed), the two joint blocks against the joint, Geweke and SBC for
+both tables with a broken control, and the builder's plan when a prior family changes.
+
+Thresholds: conditional and block checks compare log-density differences, which agree to
+round-off (< 1e-9) when right and by O(1) when a term is missing (each control below shows
+> 1e-2). Geweke z-scores are Bonferroni-corrected at familywise level 0.01; SBC requires every
+chi-square p-value above 0.01/F. The broken Psi update (InvGamma shape + N/2) lowers Psi's
+conditional mean by about half at N = 8, which both tests see at hundreds of standard errors.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro.distributions as dist
+import pytest
+from numpyro.infer.util import log_density
+
+from latentzoo.inference.checks import check_conditional, geweke_test, sbc, simulate
+from latentzoo.inference.gibbs import ConjugateGibbs, read_model
+from latentzoo.inference.ta import gibbs as tg
+from latentzoo.inference.tempering import temper
+from latentzoo.inference.updates import GibbsUpdate
+from latentzoo.models.tensor_analyzer import mixture_of_tensor_analyzers as mta
+from latentzoo.models.tensor_analyzer import tensor_analyzer as ta
+
+# Non-default hyperparameters everywhere: a non-zero factor mean and scale exercise the m_z / s_z
+# terms that N(0, I) hides; unequal group sizes catch a swapped group index.
+PRIORS = {
+    "z": dist.Normal(0.3, 1.4),
+    "mu": dist.Normal(0.5, 2.0),
+    "W": dist.Normal(-0.2, 0.7),
+    "T": dist.Normal(0.1, 1.3),
+    "Psi": dist.InverseGamma(3.0, 4.0),
+}
+TA_CHECK = dict(N=6, D=3, d=(2, 3), priors=PRIORS)
+MTA_CHECK = dict(N=6, D=3, d=(2, 3), C=3, priors={**PRIORS, "pi": jnp.array([0.7, 1.0, 2.0])})
+
+
+# ------------------------------------------------------------------ closed-form conditionals
+@pytest.mark.parametrize("beta", [1.0, 0.3])
+@pytest.mark.parametrize("j", [0, 1])
+def test_group_conditionals_match_joint_density(j, beta):
+    for model, kw in ((ta, TA_CHECK), (mta, MTA_CHECK)):
+        err = check_conditional(temper(model, beta), tg.group_update(j), kw, jax.random.PRNGKey(j))
+        assert err < 1e-9
+
+
+@pytest.mark.parametrize("update", [tg.Psi_update(), tg.label_update(), tg.pi_update()],
+                         ids=lambda u: u.sites[0])
+def test_parameter_conditionals_match_joint_density(update):
+    err = check_conditional(mta, update, MTA_CHECK, jax.random.PRNGKey(1), num_pairs=4)
+    assert err < 1e-9
+    if update.sites == ("Psi",):
+        assert check_conditional(ta, update, TA_CHECK, jax.random.PRNGKey(1)) < 1e-9
+
+
+def test_annealed_label_conditional_matches_joint_density():
+    err = check_conditional(temper(mta, 0.3), tg.label_update(), MTA_CHECK, jax.random.PRNGKey(2))
+    assert err < 1e-9
+
+
+def test_conditional_check_catches_a_group_update_without_the_tensor_term():
+    # z_1 | rest as if T were zero: the multiplicative term is what makes TA more than FA.
+    def conditional(values, obs, priors):
+        return tg.group_update(0).conditional({**values, "T": jnp.zeros_like(values["T"])}, obs, priors)
+
+    broken = GibbsUpdate("z_1 (broken: no T)", ("z_1",), {}, conditional)
+    assert check_conditional(ta, broken, TA_CHECK, jax.random.PRNGKey(0)) > 1e-2
+
+
+def test_conditional_check_catches_an_untempered_group_update():
+    def conditional(values, obs, priors):
+        return tg.group_update(1).conditional(values, obs, {**priors, "X": priors["X"].base_dist})
+
+    broken = GibbsUpdate("z_2 (broken: beta ignored)", ("z_2",), {}, conditional)
+    assert check_conditional(temper(ta, 0.3), broken, TA_CHECK, jax.random.PRNGKey(0)) > 1e-2
+
+
+# ---------------------------------------------------------------------------- joint blocks
+def _block_disagreement(model, kw, update, log_q, key, beta=1.0):
+    """|Δ log q - Δ log p| between a prior draw of the block and a block draw."""
+    tempered = temper(model, beta)
+    a, X = simulate(model, kw, key)
+    priors, obs, _ = read_model(tempered, a, (X,), kw)
+    b = {**a, **update.sample(jax.random.fold_in(key, 1), a, obs, priors)}
+    d_q = log_q(a, obs, priors) - log_q(b, obs, priors)
+    d_p = log_density(tempered, (X,), kw, a)[0] - log_density(tempered, (X,), kw, b)[0]
+    return jnp.abs(d_q - d_p) / (1.0 + jnp.abs(d_p)), jnp.any(a["c"] != b["c"]) if "c" in a else True
+
+
+def _no_delta_log_prob(values, obs, priors):
+    """The label block's density without the annealing factor e^{Delta_k} (a plausible slip:
+    treating p(x|.)^beta as N(x; ., Psi/beta) exactly)."""
+    logits, P, b = tg.label_group_logits(values, obs, priors)
+    beta = priors["X"].beta
+    D = obs["X"].shape[-1]
+    delta = (1.0 - beta) * 0.5 * jnp.sum(jnp.log(values["Psi"]), -1)
+    logits = logits - delta[None, :]
+    c = values["c"]
+    log_c = jnp.take_along_axis(jax.nn.log_softmax(logits, -1), c[:, None], -1).sum()
+    del D
+    rows = jnp.arange(c.shape[0])
+    log_z = dist.MultivariateNormal(
+        jnp.linalg.solve(P[c, rows], b[c, rows][..., None])[..., 0], precision_matrix=P[c, rows]
+    ).log_prob(values["z_1"]).sum()
+    return log_c + log_z
+
+
+@pytest.mark.parametrize("beta", [1.0, 0.3])
+def test_label_block_density_matches_joint_density(beta):
+    errs = jax.jit(jax.vmap(lambda k: _block_disagreement(
+        mta, MTA_CHECK, tg.label_group_update(0), tg.label_group_log_prob, k, beta)))(
+        jax.random.split(jax.random.PRNGKey(3), 6))
+    assert bool(jnp.any(errs[1]))  # some draws relabel rows, so the label half is exercised
+    assert float(jnp.max(errs[0])) < 1e-9
+
+
+def test_block_check_catches_a_missing_annealing_factor():
+    errs = jax.jit(jax.vmap(lambda k: _block_disagreement(
+        mta, MTA_CHECK, tg.label_group_update(0), _no_delta_log_prob, k, 0.3)))(
+        jax.random.split(jax.random.PRNGKey(3), 6))
+    assert float(jnp.max(errs[0])) > 1e-2
+
+
+@pytest.mark.parametrize("model, kw", [(ta, TA_CHECK), (mta, MTA_CHECK)], ids=["ta", "mta"])
+def test_loadings_block_density_matches_joint_density(model, kw):
+    errs = jax.jit(jax.vmap(lambda k: _block_disagreement(
+        model, kw, tg.loadings_update(), tg.loadings_log_prob, k)))(
+        jax.random.split(jax.random.PRNGKey(4), 4))
+    assert float(jnp.max(errs[0])) < 1e-9
+
+
+def test_changed_prior_families_fall_back_site_by_site():
+    X = jnp.zeros((5, 3))
+    plan = ConjugateGibbs(mta, tg.mta_updates()).plan(X, d=(2, 2), C=2)
+    assert plan.fallback == () and plan.updates[0].sites == ("c", "z_1")
+    # A Laplace factor prior removes the block and every group update; c | z takes the labels.
+    plan = ConjugateGibbs(mta, tg.mta_updates()).plan(X, d=(2, 2), C=2, priors={"z": dist.Laplace(0, 1)})
+    assert set(plan.fallback_continuous) == {"z_1", "z_2"}
+    assert plan.updates[0].sites == ("c",)
+
+
+# ------------------------------------------------------------------------- Geweke and SBC
+# Small sizes keep thousands of sweeps cheap; mu's prior is tightened (a diffuse mean makes the
+# Geweke chain's autocorrelation dwarf any affordable run) and Psi's has finite variance.
+CHECK_PRIORS = {**PRIORS, "mu": dist.Normal(0.5, 1.0), "Psi": dist.InverseGamma(5.0, 2.0)}
+TA_SMALL = dict(N=8, D=3, d=(2, 2), priors=CHECK_PRIORS)
+MTA_SMALL = dict(N=8, D=2, d=(1, 2), C=2, priors=CHECK_PRIORS)
+
+# Invariant to the groups' rotations and sign flips and (MTA) to relabelling the components.
+SBC_TA = {
+    "Psi": lambda v: v["Psi"],
+    "mu": lambda v: v["mu"],
+    "W2": lambda v: jnp.sum(v["W"] ** 2),
+    "T2": lambda v: jnp.sum(v["T"] ** 2),
+}
+GEWEKE_TA = {**SBC_TA, "z1_sq": lambda v: jnp.mean(v["z_1"] ** 2), "z2_sq": lambda v: jnp.mean(v["z_2"] ** 2),
+             "z1z2": lambda v: jnp.mean(v["z_1"][:, 0] * v["z_2"][:, 1])}
+SBC_MTA = {
+    "Psi_sum": lambda v: v["Psi"].sum(0),
+    "pi_sorted": lambda v: jnp.sort(v["pi"]),
+    "mu_sum": lambda v: v["mu"].sum(0),
+    "T2": lambda v: jnp.sum(v["T"] ** 2),
+}
+GEWEKE_MTA = {**SBC_MTA, "z_sq": lambda v: jnp.mean(v["z_2"] ** 2) + jnp.mean(v["z_1"] ** 2),
+              "same_label": lambda v: jnp.mean(v["c"][:, None] == v["c"][None, :])}
+
+
+def broken_Psi_update() -> GibbsUpdate:
+    """Psi | rest with the InvGamma shape off by N/2: the deliberately wrong control."""
+    right = tg.Psi_update()
+
+    def conditional(values, obs, priors):
+        d = right.conditional(values, obs, priors)["Psi"]
+        return {"Psi": dist.InverseGamma(d.concentration + 0.5 * obs["X"].shape[0], d.rate)}
+
+    return GibbsUpdate("Psi (broken: shape + N/2)", ("Psi",), right.requires, conditional)
+
+
+def _broken(table):
+    return [broken_Psi_update() if u.sites == ("Psi",) else u for u in table]
+
+
+CASES = {
+    "ta": (ta, TA_SMALL, tg.ta_updates((2, 2)), GEWEKE_TA, SBC_TA),
+    "mta": (mta, MTA_SMALL, tg.mta_updates((1, 2)), GEWEKE_MTA, SBC_MTA),
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_geweke_passes_full_table(name):
+    model, kw, table, functions, _ = CASES[name]
+    result = geweke_test(model, ConjugateGibbs(model, table), kw, functions, jax.random.PRNGKey(1),
+                         num_steps=30000)
+    assert result.passed, dict(zip(result.labels, np.round(result.z_scores, 2)))
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_geweke_fails_broken_Psi_update(name):
+    model, kw, table, functions, _ = CASES[name]
+    result = geweke_test(model, ConjugateGibbs(model, _broken(table)), kw, functions,
+                         jax.random.PRNGKey(1), num_steps=4000, num_prior=4096)
+    assert not result.passed and result.max_abs_z > 5 * result.threshold
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_sbc_passes_full_table(name):
+    model, kw, table, _, functions = CASES[name]
+    result = sbc(model, ConjugateGibbs(model, table), kw, functions, jax.random.PRNGKey(3),
+                 num_simulations=160, num_warmup=50, num_draws=99, thin=3)
+    assert result.passed, dict(zip(result.labels, np.round(result.p_values, 4)))
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_sbc_fails_broken_Psi_update(name):
+    model, kw, table, _, functions = CASES[name]
+    result = sbc(model, ConjugateGibbs(model, _broken(table)), kw, functions, jax.random.PRNGKey(3),
+                 num_simulations=80, num_warmup=50, num_draws=99, thin=3)
+    assert not result.passed and result.p_values.min() < 1e-10
