@@ -154,8 +154,14 @@ def from_mcmc(mcmc, *, log_likelihood=None, coords=None, dims=None):
     """InferenceData from a finished ``numpyro.infer.MCMC``.
 
     ``log_likelihood``: optional dict name -> array (chains, draws, N) of pointwise
-    log-likelihoods to store instead of NumPyro's (e.g. with the latent factors integrated out).
+    log-likelihoods to store instead of NumPyro's (e.g. with the latent factors integrated out);
+    False stores none (a model whose marginal likelihood has no closed form, with the per-row
+    latents left out of the draws, has no meaningful pointwise log-likelihood to store).
     """
+    if log_likelihood is False:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            return _readable_stats(az.from_numpyro(mcmc, log_likelihood=False, coords=coords, dims=dims))
     if log_likelihood is not None:
         _check_sampled("log_likelihood", log_likelihood)
     with warnings.catch_warnings():

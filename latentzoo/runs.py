@@ -87,7 +87,8 @@ def run_mcmc(kernel, cfg, *model_args, extra_fields=(), init_params=None, thinni
 
 def mcmc_idata(mcmc, *, log_likelihood: dict | None = None, drop=()):
     """InferenceData of a finished MCMC (NumPyro's observed data and sample stats); posterior
-    sites in ``drop`` (large per-row latents, rotation-ambiguous factors) left out."""
+    sites in ``drop`` (large per-row latents, rotation-ambiguous factors) left out.
+    ``log_likelihood``: pointwise values to store, None for NumPyro's own, False for none."""
     idata = azx.from_mcmc(mcmc, log_likelihood=log_likelihood)
     present = [v for v in azx.posterior_var_names(idata) if v in drop]
     return azx.drop_posterior_vars(idata, present) if present else idata

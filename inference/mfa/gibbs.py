@@ -55,6 +55,7 @@ import numpyro.distributions as dist
 from latentzoo.models.mfa import component_means
 
 from latentzoo.inference.conjugate import dirichlet_categorical_posterior, gamma_precision_posterior, normal_mean_posterior
+from latentzoo.inference.seeding import kmeans_pp_seeds
 from latentzoo.inference.gaussian import diag_embed, gaussian_draw, mvn_from_precision
 from latentzoo.inference.updates import GibbsUpdate, prior_params, unwrap
 
@@ -221,29 +222,15 @@ def _pi_conditional(values, obs, priors):
 def init_from_data(key, X, *, J: int, K: int):
     """A data-driven starting state (pass as ``init_params``; vmap over keys for several chains).
 
-    Means are k-means++ seeds (Arthur & Vassilvitskii 2007: each next seed is a data row drawn
-    with probability proportional to its squared distance to the nearest seed), labels the
+    Means are k-means++ seeds (:func:`latentzoo.inference.seeding.kmeans_pp_seeds`), labels the
     nearest seed, psi the inverse per-coordinate residual variance, W and z zero. Why: from a
     prior draw a local sampler can lock into a mode that merges two well-separated clusters into
     one long component (a K-factor component can stretch along the line between them) and is
     slow to leave it; seeding one mean per cluster avoids that without fixing the answer.
     Shapes: X (N, D) -> pi (J,), mu (J, D), W (J, D, K), psi (D,), c (N,), z (N, K).
     """
+    centres, c = kmeans_pp_seeds(key, X, J)
     N, D = X.shape
-    k0, key = jax.random.split(key)
-    first = X[jax.random.randint(k0, (), 0, N)]
-    sq = lambda centre: jnp.sum((X - centre) ** 2, -1)
-
-    def seed_one(j, carry):
-        centres, d2, key = carry
-        key, k = jax.random.split(key)
-        # the tiny floor keeps the draw defined when every row coincides with a seed
-        row = X[jax.random.choice(k, N, p=(d2 + 1e-300) / jnp.sum(d2 + 1e-300))]
-        return centres.at[j].set(row), jnp.minimum(d2, sq(row)), key
-
-    centres0 = jnp.zeros((J, D), X.dtype).at[0].set(first)
-    centres, _, _ = jax.lax.fori_loop(1, J, seed_one, (centres0, sq(first), key))
-    c = jnp.argmin(jnp.sum((X[:, None, :] - centres[None]) ** 2, -1), -1)
     r = X - centres[c]
     # floor at a millionth of the total variance: a seed that sits on every row of its cluster
     # (N small) would otherwise give an infinite precision

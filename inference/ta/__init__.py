@@ -11,3 +11,4 @@ from .gibbs import (  # noqa: F401
     Psi_update,
     ta_updates,
 )
+from .start import init_from_data  # noqa: F401

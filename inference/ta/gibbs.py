@@ -37,6 +37,11 @@ N(m_z, s_z^2)` elementwise, :math:`W, T, \mu` elementwise Normals, :math:`\Psi_{
 - ``Psi_kd | ·``: :math:`\mathrm{InvGamma}(a + N_k/2,\ b + \tfrac12 \sum_{n: c_n=k}
   (x_{nd} - e_{nd})^2)`.
 - ``pi | c``: :math:`\mathrm{Dir}(\alpha + N_{1:C})`.
+
+Every update reads the likelihood's temperature :math:`\beta`, so the whole table also samples
+the annealed posterior :math:`p(\theta)\,p(z)\,p(x \mid z, \theta)^\beta`: the noise precision
+becomes :math:`\beta\Psi^{-1}` in the Gaussian blocks, and Psi's update becomes
+:math:`\mathrm{InvGamma}(a + \beta N_k/2,\ b + \tfrac\beta2 \sum r^2)`.
 """
 
 from __future__ import annotations
@@ -247,10 +252,11 @@ def loadings_natural(values, obs, priors):
     f = _features(values)  # (N, F)
     R = jax.nn.one_hot(c, C, dtype=f.dtype)  # (N, C)
     m0, p0 = _loadings_prior(values, priors)
+    lam = temperature(priors["X"]) / Psi  # (C, D) noise precision, tempered
     FtF = jnp.einsum("nc,nf,ng->cfg", R, f, f)
     XtF = jnp.einsum("nc,nd,nf->cdf", R, X, f)
-    P = FtF[:, None] / Psi[..., None, None] + diag_embed(p0)
-    h = XtF / Psi[..., None] + m0 * p0
+    P = FtF[:, None] * lam[..., None, None] + diag_embed(p0)
+    h = XtF * lam[..., None] + m0 * p0
     return P, h
 
 
@@ -293,7 +299,9 @@ def _Psi_conditional(values, obs, priors):
     a0, b0 = prior_params(priors["Psi"], shape, "concentration", "rate")
     if "c" not in values:
         ss, counts = ss[0], counts[0]
-    return {"Psi": dist.InverseGamma(a0 + 0.5 * counts, b0 + 0.5 * ss)}
+    # p(x | .)^beta = prod Psi^{-beta/2} exp(-beta r^2 / (2 Psi)) up to constants
+    beta = temperature(priors["X"])
+    return {"Psi": dist.InverseGamma(a0 + 0.5 * beta * counts, b0 + 0.5 * beta * ss)}
 
 
 def _pi_conditional(values, obs, priors):

@@ -53,6 +53,8 @@ def test_parameter_conditionals_match_joint_density(update):
     assert err < 1e-9
     if update.sites == ("Psi",):
         assert check_conditional(ta, update, TA_CHECK, jax.random.PRNGKey(1)) < 1e-9
+        # annealed: the whole table can run on p(theta) p(z) p(x | z, theta)^beta
+        assert check_conditional(temper(mta, 0.3), update, MTA_CHECK, jax.random.PRNGKey(1)) < 1e-9
 
 
 def test_annealed_label_conditional_matches_joint_density():
@@ -123,10 +125,11 @@ def test_block_check_catches_a_missing_annealing_factor():
     assert float(jnp.max(errs[0])) > 1e-2
 
 
+@pytest.mark.parametrize("beta", [1.0, 0.3])
 @pytest.mark.parametrize("model, kw", [(ta, TA_CHECK), (mta, MTA_CHECK)], ids=["ta", "mta"])
-def test_loadings_block_density_matches_joint_density(model, kw):
+def test_loadings_block_density_matches_joint_density(model, kw, beta):
     errs = jax.jit(jax.vmap(lambda k: _block_disagreement(
-        model, kw, tg.loadings_update(), tg.loadings_log_prob, k)))(
+        model, kw, tg.loadings_update(), tg.loadings_log_prob, k, beta)))(
         jax.random.split(jax.random.PRNGKey(4), 4))
     assert float(jnp.max(errs[0])) < 1e-9
 

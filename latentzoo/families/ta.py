@@ -1,0 +1,182 @@
+"""Registry entries: the tensor analyzer (``ta``) and the mixture of tensor analyzers (``mta``)
+(Tang, Salakhutdinov & Hinton, ICML 2013). Method: the hand-derived Gibbs sampler (``gibbs``:
+alternating group draws, joint (W, T, mu) rows, Psi; MTA's labels drawn with z_1 integrated out),
+started from a data-driven point per chain. Group sizes are d = (K, K) (``--K``), MTA's number
+of components ``--J`` (default 2).
+
+Identified quantities: ``Psi`` and ``mean_x`` for TA (W, T and the groups rotate); MTA's
+``mean_x`` and ``Psi_mean`` (its per-component sites switch labels between chains). Stored per
+draw: every parameter site, never the per-row groups or labels (thinned to stay within
+``runs.MAX_STORED_BYTES``). No pointwise log-likelihood is stored: p(x_n | parameters) has no
+closed form (see :mod:`latentzoo.inference.ais` for estimating it).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from latentzoo import runs
+from latentzoo.data import MATRIX
+from latentzoo.models.tensor_analyzer import (
+    default_ta_data,
+    group_names,
+    mixture_of_tensor_analyzers,
+    sample_ta,
+    tensor_analyzer,
+)
+from latentzoo.registry import Family, FamilyChecks, Method, register
+
+__all__ = ["TA", "MTA", "DEFAULT_C"]
+
+DEFAULT_C = 2
+
+
+def _run_gibbs(X, cfg, *, mixture: bool):
+    from latentzoo.inference.gibbs import ConjugateGibbs
+    from latentzoo.inference.ta import init_from_data, mta_updates, ta_updates
+
+    d = (cfg.K, cfg.K)
+    N, D = X.shape
+    C = (cfg.J or DEFAULT_C) if mixture else None
+    if C is not None and not 1 <= C <= N:
+        raise ValueError(f"The number of components J must be between 1 and N = {N}, got {C}.")
+    cfg = cfg._replace(samples=min(cfg.samples, 100), warmup=min(cfg.warmup, 100)) if cfg.quick else cfg
+    Xj = jnp.asarray(X)
+    keys = jax.random.split(jax.random.PRNGKey(cfg.seed + 1), cfg.chains)
+    init = jax.jit(jax.vmap(lambda k: init_from_data(k, Xj, d=d, C=C)))(keys)
+    if cfg.chains == 1:
+        init = jax.tree_util.tree_map(lambda a: a[0], init)
+    if mixture:
+        model, table = partial(mixture_of_tensor_analyzers, d=d, C=C), mta_updates(d)
+        skip = ("c", *group_names(d))
+    else:
+        model, table = partial(tensor_analyzer, d=d), ta_updates(d)
+        skip = group_names(d)
+    per_draw = 8 * (C or 1) * (D * (sum(d) + math.prod(d) + 2) + 1) + 8 * 2 * D
+    mcmc = runs.run_mcmc(ConjugateGibbs(model, table), cfg, Xj, init_params=init,
+                         extra_fields=tuple(f"~z.{s}" for s in skip),
+                         thinning=runs.storage_thinning(cfg.chains, cfg.samples, per_draw))
+    return runs.mcmc_idata(mcmc, log_likelihood=False)
+
+
+def ta_posterior_predictive(idata, rng_seed=0, max_draws=200):
+    """x_rep from each picked draw's parameters with fresh groups (and labels): {"X": (1, S, N, D)}."""
+    post = idata.posterior
+    names = ["W", "T", "mu", "Psi"] + (["pi"] if "pi" in post else [])
+    flat = {k: np.asarray(post[k]).reshape(-1, *post[k].shape[2:]) for k in names}
+    N = idata.observed_data["X"].shape[0]
+    d = flat["T"].shape[2:] if "pi" not in post else flat["T"].shape[3:]
+    rng = np.random.default_rng(rng_seed)
+    out = []
+    for i in runs.pick_draws(rng, flat["W"].shape[0], max_draws):
+        params = {k: v[i] for k, v in flat.items()}
+        if "pi" in params:
+            params["pi"] = params["pi"] / params["pi"].sum()
+        out.append(sample_ta(rng, params, N, d)[0])
+    return {"X": np.stack(out)[None]}
+
+
+def _random_priors(rng):
+    import numpyro.distributions as dist
+
+    return {
+        "pi": rng.uniform(0.3, 4.0),
+        "z": dist.Normal(rng.uniform(-0.5, 0.5), rng.uniform(0.5, 2.0)),
+        "W": dist.Normal(rng.uniform(-1.0, 1.0), rng.uniform(0.3, 3.0)),
+        "T": dist.Normal(rng.uniform(-1.0, 1.0), rng.uniform(0.3, 3.0)),
+        "mu": dist.Normal(rng.uniform(-2.0, 2.0), rng.uniform(0.3, 3.0)),
+        "Psi": dist.InverseGamma(rng.uniform(3.0, 8.0), rng.uniform(0.5, 4.0)),
+    }
+
+
+def _check_priors():
+    import numpyro.distributions as dist
+
+    # mu tightened from N(0, 10^2) and Psi given a finite variance: a short Geweke chain cannot
+    # cross a diffuse mean, and second moments of an InvGamma(2, .) do not exist.
+    return {"mu": dist.Normal(0.0, 1.0), "Psi": dist.InverseGamma(5.0, 2.0)}
+
+
+def _ta_table():
+    from latentzoo.inference.ta import ta_updates
+
+    return ta_updates((2, 2))
+
+
+def _mta_table():
+    from latentzoo.inference.ta import mta_updates
+
+    return mta_updates((1, 2))
+
+
+TA_CHECKS = FamilyChecks(
+    model_kwargs=dict(N=8, D=3, d=(2, 2), priors=_check_priors()),
+    gibbs_table=_ta_table,
+    test_functions={
+        "Psi": lambda v: v["Psi"],
+        "mean_x": lambda v: v["mean_x"] if "mean_x" in v else v["mu"],
+        "W2": lambda v: jnp.sum(v["W"] ** 2),
+        "T2": lambda v: jnp.sum(v["T"] ** 2),
+        "z_sq": lambda v: jnp.mean(v["z_1"] ** 2) + jnp.mean(v["z_2"] ** 2),
+    },
+    broken_site="Psi",
+    random_priors=_random_priors,
+    informative_model_kwargs=dict(N=60, D=3, d=(2, 2), priors=_check_priors()),
+)
+
+MTA_CHECKS = FamilyChecks(
+    model_kwargs=dict(N=8, D=2, d=(1, 2), C=2, priors=_check_priors()),
+    gibbs_table=_mta_table,
+    # Invariant to relabelling the components and to the groups' signs.
+    test_functions={
+        "Psi_sum": lambda v: v["Psi"].sum(0),
+        "pi_sorted": lambda v: jnp.sort(v["pi"]),
+        "mu_sum": lambda v: v["mu"].sum(0),
+        "T2": lambda v: jnp.sum(v["T"] ** 2),
+        "same_label": lambda v: jnp.mean(v["c"][:, None] == v["c"][None, :]),
+    },
+    broken_site="Psi",
+    random_priors=_random_priors,
+    informative_model_kwargs=dict(N=60, D=2, d=(1, 2), C=2, priors=_check_priors()),
+)
+
+TA = register(
+    Family(
+        name="ta",
+        title="Tensor analyzer",
+        paper="Tang, Salakhutdinov & Hinton (ICML 2013)",
+        model=tensor_analyzer,
+        data_kind=MATRIX,
+        default_data=lambda seed: default_ta_data(seed),
+        methods=(Method("gibbs", partial(_run_gibbs, mixture=False)),),
+        identified=("Psi", "mean_x"),
+        trace_sites=("Psi",),
+        posterior_predictive=ta_posterior_predictive,
+        default_K=2,
+        docs="models/tensor_analyzer.md",
+        checks=TA_CHECKS,
+    )
+)
+
+MTA = register(
+    Family(
+        name="mta",
+        title="Mixture of tensor analyzers",
+        paper="Tang, Salakhutdinov & Hinton (ICML 2013)",
+        model=mixture_of_tensor_analyzers,
+        data_kind=MATRIX,
+        default_data=lambda seed: default_ta_data(seed),
+        methods=(Method("gibbs", partial(_run_gibbs, mixture=True)),),
+        identified=("mean_x", "Psi_mean"),
+        trace_sites=("Psi_mean",),
+        posterior_predictive=ta_posterior_predictive,
+        default_K=2,
+        docs="models/tensor_analyzer.md",
+        checks=MTA_CHECKS,
+    )
+)
