@@ -11,4 +11,5 @@ from .gibbs import (  # noqa: F401
     Psi_update,
     ta_updates,
 )
+from .moves import collapsed_group_move  # noqa: F401
 from .start import init_from_data  # noqa: F401

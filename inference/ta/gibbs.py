@@ -69,6 +69,7 @@ __all__ = [
     "Psi_update",
     "pi_update",
     "group_natural",
+    "collapsed_log_Z",
     "label_group_logits",
     "label_group_log_prob",
     "loadings_natural",
@@ -167,9 +168,10 @@ def _group_conditional(j):
 
 
 # ------------------------------------------------------------------- labels (MTA only)
-def label_group_logits(values, obs, priors, j: int = 0):
-    """log p(c_n = k | x, z_{-j}) up to a per-row constant, (N, C), with z_j integrated out of
-    the (tempered) joint; also returns the per-component natural parameters of z_j."""
+def collapsed_log_Z(values, obs, priors, j: int = 0):
+    """log of the (tempered) likelihood of every row under every component with z_j integrated
+    out, log ∫ N(z_j; m, S) p(x_n | z, c_n = k)^beta dz_j, (C, N); and z_j's per-component natural
+    parameters P (C, N, d, d), b (C, N, d)."""
     P, b, r, lam = group_natural(values, obs, priors, j)
     name = f"z_{j + 1}"
     m, p0 = _group_prior(priors, name, values[name].shape[-1])
@@ -181,10 +183,17 @@ def label_group_logits(values, obs, priors, j: int = 0):
     log_det_Sigma = -jnp.sum(jnp.log(lam), -1)[:, None]  # (C, 1)
     quad = jnp.einsum("cnd,cd->cn", r * r, lam) + jnp.sum(m * m * p0) - jnp.sum(v * v, -1)
     log_Z = -0.5 * (D * LOG_2PI + log_det_Sigma - jnp.sum(jnp.log(p0)) + log_det_P + quad)
-    Psi = values["Psi"]
+    _, _, _, Psi, _ = _components(values)
     delta = (1.0 - beta) * (0.5 * D * LOG_2PI + 0.5 * jnp.sum(jnp.log(Psi), -1)) - 0.5 * D * jnp.log(beta)
+    return log_Z + delta[:, None], P, b
+
+
+def label_group_logits(values, obs, priors, j: int = 0):
+    """log p(c_n = k | x, z_{-j}) up to a per-row constant, (N, C), with z_j integrated out of
+    the (tempered) joint; also returns the per-component natural parameters of z_j."""
+    log_Z, P, b = collapsed_log_Z(values, obs, priors, j)
     log_pi = jnp.asarray(unwrap(priors["c"]).logits)
-    return (log_pi + delta)[None, :] + log_Z.T, P, b
+    return log_pi[None, :] + log_Z.T, P, b
 
 
 def _label_group_draw(j):
@@ -343,15 +352,26 @@ def pi_update() -> GibbsUpdate:
     return GibbsUpdate("pi | c", ("pi",), {"pi": DIRICHLET, "c": CATEGORICAL}, _pi_conditional)
 
 
-def ta_updates(d=(2, 2)) -> list[GibbsUpdate]:
-    """The TA table in sweep order: every group in turn, then (W, T, mu), then Psi."""
-    return [*(group_update(j) for j in range(len(d))), loadings_update(), Psi_update()]
+def ta_updates(d=(2, 2), *, collapsed_move: bool = True) -> list:
+    """The TA table in sweep order: every group in turn, then (W, T, mu), then Psi; with
+    ``collapsed_move`` (J >= 2) the partially collapsed move on the last group
+    (:mod:`latentzoo.inference.ta.moves`) after the sweep."""
+    from .moves import collapsed_group_move
+
+    table = [*(group_update(j) for j in range(len(d))), loadings_update(), Psi_update()]
+    if collapsed_move and len(d) >= 2:
+        table.append(collapsed_group_move(len(d) - 1, 0))
+    return table
 
 
-def mta_updates(d=(2, 2)) -> list[GibbsUpdate]:
+def mta_updates(d=(2, 2), *, collapsed_move: bool = True) -> list:
     """The MTA table: the (c, z_1) block, ``c | z`` as its stand-in (dropped while the block
-    owns c), z_1 | c as the block's stand-in for z_1, the other groups, (W, T, mu), Psi, pi."""
-    return [
+    owns c), z_1 | c as the block's stand-in for z_1, the other groups, (W, T, mu), Psi, pi;
+    with ``collapsed_move`` (J >= 2) the partially collapsed move on the last group with z_1
+    and the label integrated out."""
+    from .moves import collapsed_group_move
+
+    table = [
         label_group_update(0),
         label_update(),
         *(group_update(j) for j in range(len(d))),
@@ -359,3 +379,6 @@ def mta_updates(d=(2, 2)) -> list[GibbsUpdate]:
         Psi_update(),
         pi_update(),
     ]
+    if collapsed_move and len(d) >= 2:
+        table.append(collapsed_group_move(len(d) - 1, 0, mixture=True))
+    return table

@@ -221,3 +221,29 @@ def test_sbc_fails_broken_Psi_update(name):
     result = sbc(model, ConjugateGibbs(model, _broken(table)), kw, functions, jax.random.PRNGKey(3),
                  num_simulations=80, num_warmup=50, num_draws=99, thin=3)
     assert not result.passed and result.p_values.min() < 1e-10
+
+
+# ---------------------------------------------------------------- the partially collapsed move
+def _stale_move():
+    """The collapsed move without its second half: z_2 moved on its z_1-marginal, z_1 left
+    stale. A plausible slip that breaks the joint (z_1 no longer matches z_2)."""
+    from latentzoo.inference.ta import collapsed_group_move
+    from latentzoo.inference.updates import Move
+
+    right = collapsed_group_move(1, 0)
+
+    def step(key, values, obs, priors):
+        return {"z_2": right.step(key, values, obs, priors)["z_2"]}
+
+    return Move("z_2 (broken: z_1 stale)", ("z_2",), right.requires, step)
+
+
+def test_move_alone_keeps_the_joint_and_a_stale_twin_fails():
+    # The move runs last in the sweep, right before the Geweke simulator draws X from the
+    # current values, so a move that leaves a wrong joint of (z_1, z_2) feeds that X back.
+    right = tg.ta_updates((2, 2))
+    stale = right[:-1] + [_stale_move()]
+    good = geweke_test(ta, ConjugateGibbs(ta, right), TA_SMALL, GEWEKE_TA, jax.random.PRNGKey(5), num_steps=20000)
+    assert good.passed, dict(zip(good.labels, np.round(good.z_scores, 2)))
+    bad = geweke_test(ta, ConjugateGibbs(ta, stale), TA_SMALL, GEWEKE_TA, jax.random.PRNGKey(5), num_steps=20000)
+    assert not bad.passed
