@@ -116,6 +116,8 @@ class FamilyChecks(NamedTuple):
         informative_model_kwargs: sizes with many rows per parameter, where the posterior is far
             from the prior (an SBC run there has power against updates that are right only
             when the data say little).
+        informative_warmup: sweeps of warm-up for that SBC run (thinning grows with it); raise
+            it for a sampler that needs more than 50 sweeps to forget its start there.
     """
 
     model_kwargs: dict
@@ -126,6 +128,7 @@ class FamilyChecks(NamedTuple):
     random_priors: Callable | None = None
     orbit_model_kwargs: dict | None = None
     informative_model_kwargs: dict | None = None
+    informative_warmup: int = 50
 
 
 class Family(NamedTuple):

@@ -84,10 +84,12 @@ def test_gibbs_table_passes_sbc_where_the_posterior_is_informative(family):
     kw = family.checks.informative_model_kwargs
     assert kw is not None, f"{family.name} declares no informative configuration"
 
+    warmup = family.checks.informative_warmup
+
     def run(table):
         return sbc(family.model, ConjugateGibbs(family.model, table), kw,
                    family.checks.test_functions, jax.random.PRNGKey(12), num_simulations=100,
-                   num_warmup=50, num_draws=49, thin=2, num_bins=5)
+                   num_warmup=warmup, num_draws=49, thin=max(2, warmup // 25), num_bins=5)
 
     good = run(family.checks.gibbs_table())
     assert good.passed, dict(zip(good.labels, np.round(good.p_values, 4)))

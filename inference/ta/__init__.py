@@ -6,10 +6,9 @@ from .gibbs import (  # noqa: F401
     label_group_update,
     label_update,
     loadings_update,
-    mta_updates,
     pi_update,
     Psi_update,
-    ta_updates,
 )
+from .table import mta_updates, ta_updates  # noqa: F401
 from .moves import collapsed_group_move  # noqa: F401
 from .start import init_from_data  # noqa: F401

@@ -60,8 +60,8 @@ from latentzoo.inference.tempering import temperature
 from latentzoo.inference.updates import GibbsUpdate, prior_params, unwrap
 
 __all__ = [
-    "ta_updates",
-    "mta_updates",
+    "components",
+    "select_rows",
     "group_update",
     "label_group_update",
     "label_update",
@@ -89,7 +89,7 @@ def _groups(values):
     return [values[f"z_{j + 1}"] for j in range(J)]
 
 
-def _components(values):
+def components(values):
     """(W, T, mu, Psi) with a leading component axis (C = 1 for a plain TA), and labels c (N,)."""
     zs = _groups(values)
     N = zs[0].shape[0]
@@ -112,7 +112,7 @@ def _group_prior(priors, name, dj):
 def _effective_loadings(values, j):
     """M (C, N, D, d_j) and o (C, N, D): the mean of every row under every component is
     M z_j + o."""
-    W, T, mu, _, _ = _components(values)
+    W, T, mu, _, _ = components(values)
     zs = _groups(values)
     sizes = [z.shape[-1] for z in zs]
     lo, hi = _offsets(sizes, j)
@@ -130,7 +130,7 @@ def group_natural(values, obs, priors, j: int):
     lam (C, D) = beta / Psi)."""
     X = obs["X"]
     name = f"z_{j + 1}"
-    _, _, _, Psi, _ = _components(values)
+    _, _, _, Psi, _ = components(values)
     beta = temperature(priors["X"])
     m, p0 = _group_prior(priors, name, values[name].shape[-1])
     M, o = _effective_loadings(values, j)
@@ -142,7 +142,7 @@ def group_natural(values, obs, priors, j: int):
     return P, b, r, lam
 
 
-def _select(c, *arrays):
+def select_rows(c, *arrays):
     """Pick each row's component: arrays (C, N, ...) -> (N, ...)."""
     rows = jnp.arange(c.shape[0])
     return tuple(a[c, rows] for a in arrays)
@@ -152,8 +152,8 @@ def _select(c, *arrays):
 def _group_draw(j):
     def draw(key, values, obs, priors):
         P, b, _, _ = group_natural(values, obs, priors, j)
-        _, _, _, _, c = _components(values)
-        return {f"z_{j + 1}": gaussian_draw(key, *_select(c, P, b))}
+        _, _, _, _, c = components(values)
+        return {f"z_{j + 1}": gaussian_draw(key, *select_rows(c, P, b))}
 
     return draw
 
@@ -161,8 +161,8 @@ def _group_draw(j):
 def _group_conditional(j):
     def conditional(values, obs, priors):
         P, b, _, _ = group_natural(values, obs, priors, j)
-        _, _, _, _, c = _components(values)
-        return {f"z_{j + 1}": mvn_from_precision(*_select(c, P, b))}
+        _, _, _, _, c = components(values)
+        return {f"z_{j + 1}": mvn_from_precision(*select_rows(c, P, b))}
 
     return conditional
 
@@ -183,7 +183,7 @@ def collapsed_log_Z(values, obs, priors, j: int = 0):
     log_det_Sigma = -jnp.sum(jnp.log(lam), -1)[:, None]  # (C, 1)
     quad = jnp.einsum("cnd,cd->cn", r * r, lam) + jnp.sum(m * m * p0) - jnp.sum(v * v, -1)
     log_Z = -0.5 * (D * LOG_2PI + log_det_Sigma - jnp.sum(jnp.log(p0)) + log_det_P + quad)
-    _, _, _, Psi, _ = _components(values)
+    _, _, _, Psi, _ = components(values)
     delta = (1.0 - beta) * (0.5 * D * LOG_2PI + 0.5 * jnp.sum(jnp.log(Psi), -1)) - 0.5 * D * jnp.log(beta)
     return log_Z + delta[:, None], P, b
 
@@ -201,7 +201,7 @@ def _label_group_draw(j):
         k_c, k_z = jax.random.split(key)
         logits, P, b = label_group_logits(values, obs, priors, j)
         c = jax.random.categorical(k_c, logits, axis=-1).astype(values["c"].dtype)
-        return {"c": c, f"z_{j + 1}": gaussian_draw(k_z, *_select(c, P, b))}
+        return {"c": c, f"z_{j + 1}": gaussian_draw(k_z, *select_rows(c, P, b))}
 
     return draw
 
@@ -211,13 +211,13 @@ def label_group_log_prob(values, obs, priors, j: int = 0):
     logits, P, b = label_group_logits(values, obs, priors, j)
     c = values["c"]
     log_c = jnp.take_along_axis(jax.nn.log_softmax(logits, -1), c[:, None], -1).sum()
-    log_z = mvn_from_precision(*_select(c, P, b)).log_prob(values[f"z_{j + 1}"]).sum()
+    log_z = mvn_from_precision(*select_rows(c, P, b)).log_prob(values[f"z_{j + 1}"]).sum()
     return log_c + log_z
 
 
 def _label_conditional(values, obs, priors):
     X = obs["X"]
-    W, T, mu, Psi, _ = _components(values)
+    W, T, mu, Psi, _ = components(values)
     zs = _groups(values)
     y = jnp.concatenate(zs, axis=-1)
     mean = jnp.einsum("cdp,np->cnd", W, y) + jax.vmap(lambda Tk: contract(Tk, zs))(T) + mu[:, None]
@@ -236,7 +236,7 @@ def _features(values):
 
 def _loadings_prior(values, priors):
     """Prior mean and precision of each row [W_kd, T_kd, mu_kd], (C, D, F) each."""
-    W, T, mu, _, _ = _components(values)
+    W, T, mu, _, _ = components(values)
     C, D, P = W.shape
     Q = math.prod(T.shape[2:])
     shapes = {"W": (C, D, P), "T": (C, D, *T.shape[2:]), "mu": (C, D)}
@@ -256,7 +256,7 @@ def _loadings_prior(values, priors):
 def loadings_natural(values, obs, priors):
     """P (C, D, F, F) and h (C, D, F) of each row of B_k = [W_k, T_k(1), mu_k], F = P + Q + 1."""
     X = obs["X"]
-    _, _, _, Psi, c = _components(values)
+    _, _, _, Psi, c = components(values)
     C = Psi.shape[0]
     f = _features(values)  # (N, F)
     R = jax.nn.one_hot(c, C, dtype=f.dtype)  # (N, C)
@@ -271,7 +271,7 @@ def loadings_natural(values, obs, priors):
 
 def _split_loadings(B, values):
     """(C, D, F) rows -> {"W", "T", "mu"} in the sites' shapes."""
-    W, T, _, _, _ = _components(values)
+    W, T, _, _, _ = components(values)
     C, D, P = W.shape
     Q = math.prod(T.shape[2:])
     out = {"W": B[..., :P], "T": B[..., P : P + Q].reshape(T.shape), "mu": B[..., -1]}
@@ -281,7 +281,7 @@ def _split_loadings(B, values):
 
 
 def _join_loadings(values):
-    W, T, mu, _, _ = _components(values)
+    W, T, mu, _, _ = components(values)
     return jnp.concatenate([W, T.reshape(*W.shape[:2], -1), mu[..., None]], -1)
 
 
@@ -297,7 +297,7 @@ def loadings_log_prob(values, obs, priors):
 # ------------------------------------------------------------------------ Psi and pi
 def _Psi_conditional(values, obs, priors):
     X = obs["X"]
-    W, T, mu, Psi, c = _components(values)
+    W, T, mu, Psi, c = components(values)
     zs = _groups(values)
     y = jnp.concatenate(zs, axis=-1)
     mean = jnp.einsum("ndp,np->nd", W[c], y) + contract(T[c], zs) + mu[c]
@@ -350,35 +350,3 @@ def Psi_update() -> GibbsUpdate:
 
 def pi_update() -> GibbsUpdate:
     return GibbsUpdate("pi | c", ("pi",), {"pi": DIRICHLET, "c": CATEGORICAL}, _pi_conditional)
-
-
-def ta_updates(d=(2, 2), *, collapsed_move: bool = True) -> list:
-    """The TA table in sweep order: every group in turn, then (W, T, mu), then Psi; with
-    ``collapsed_move`` (J >= 2) the partially collapsed move on the last group
-    (:mod:`latentzoo.inference.ta.moves`) after the sweep."""
-    from .moves import collapsed_group_move
-
-    table = [*(group_update(j) for j in range(len(d))), loadings_update(), Psi_update()]
-    if collapsed_move and len(d) >= 2:
-        table.append(collapsed_group_move(len(d) - 1, 0))
-    return table
-
-
-def mta_updates(d=(2, 2), *, collapsed_move: bool = True) -> list:
-    """The MTA table: the (c, z_1) block, ``c | z`` as its stand-in (dropped while the block
-    owns c), z_1 | c as the block's stand-in for z_1, the other groups, (W, T, mu), Psi, pi;
-    with ``collapsed_move`` (J >= 2) the partially collapsed move on the last group with z_1
-    and the label integrated out."""
-    from .moves import collapsed_group_move
-
-    table = [
-        label_group_update(0),
-        label_update(),
-        *(group_update(j) for j in range(len(d))),
-        loadings_update(),
-        Psi_update(),
-        pi_update(),
-    ]
-    if collapsed_move and len(d) >= 2:
-        table.append(collapsed_group_move(len(d) - 1, 0, mixture=True))
-    return table

@@ -32,7 +32,7 @@ import jax.numpy as jnp
 from latentzoo.inference.gaussian import gaussian_draw
 from latentzoo.inference.updates import Move, prior_params, unwrap
 
-from .gibbs import CATEGORICAL, NORMAL, _components, _select, collapsed_log_Z
+from .gibbs import CATEGORICAL, NORMAL, collapsed_log_Z, select_rows
 
 __all__ = ["collapsed_group_move", "collapsed_log_likelihood"]
 
@@ -75,7 +75,7 @@ def _step(i: int, j: int, steps: int):
             out["c"] = c
         else:
             c = jnp.zeros(z.shape[0], jnp.int32)
-        out[name_j] = gaussian_draw(k_z, *_select(c, P, b))
+        out[name_j] = gaussian_draw(k_z, *select_rows(c, P, b))
         return out
 
     return step

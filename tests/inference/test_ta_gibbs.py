@@ -19,6 +19,7 @@ from numpyro.infer.util import log_density
 from latentzoo.inference.checks import check_conditional, geweke_test, sbc, simulate
 from latentzoo.inference.gibbs import ConjugateGibbs, read_model
 from latentzoo.inference.ta import gibbs as tg
+from latentzoo.inference.ta import table as ta_tables
 from latentzoo.inference.tempering import temper
 from latentzoo.inference.updates import GibbsUpdate
 from latentzoo.models.tensor_analyzer import mixture_of_tensor_analyzers as mta
@@ -136,10 +137,10 @@ def test_loadings_block_density_matches_joint_density(model, kw, beta):
 
 def test_changed_prior_families_fall_back_site_by_site():
     X = jnp.zeros((5, 3))
-    plan = ConjugateGibbs(mta, tg.mta_updates()).plan(X, d=(2, 2), C=2)
+    plan = ConjugateGibbs(mta, ta_tables.mta_updates()).plan(X, d=(2, 2), C=2)
     assert plan.fallback == () and plan.updates[0].sites == ("c", "z_1")
     # A Laplace factor prior removes the block and every group update; c | z takes the labels.
-    plan = ConjugateGibbs(mta, tg.mta_updates()).plan(X, d=(2, 2), C=2, priors={"z": dist.Laplace(0, 1)})
+    plan = ConjugateGibbs(mta, ta_tables.mta_updates()).plan(X, d=(2, 2), C=2, priors={"z": dist.Laplace(0, 1)})
     assert set(plan.fallback_continuous) == {"z_1", "z_2"}
     assert plan.updates[0].sites == ("c",)
 
@@ -186,8 +187,8 @@ def _broken(table):
 
 
 CASES = {
-    "ta": (ta, TA_SMALL, tg.ta_updates((2, 2)), GEWEKE_TA, SBC_TA),
-    "mta": (mta, MTA_SMALL, tg.mta_updates((1, 2)), GEWEKE_MTA, SBC_MTA),
+    "ta": (ta, TA_SMALL, ta_tables.ta_updates((2, 2)), GEWEKE_TA, SBC_TA),
+    "mta": (mta, MTA_SMALL, ta_tables.mta_updates((1, 2)), GEWEKE_MTA, SBC_MTA),
 }
 
 
@@ -241,7 +242,7 @@ def _stale_move():
 def test_move_alone_keeps_the_joint_and_a_stale_twin_fails():
     # The move runs last in the sweep, right before the Geweke simulator draws X from the
     # current values, so a move that leaves a wrong joint of (z_1, z_2) feeds that X back.
-    right = tg.ta_updates((2, 2))
+    right = ta_tables.ta_updates((2, 2))
     stale = right[:-1] + [_stale_move()]
     good = geweke_test(ta, ConjugateGibbs(ta, right), TA_SMALL, GEWEKE_TA, jax.random.PRNGKey(5), num_steps=20000)
     assert good.passed, dict(zip(good.labels, np.round(good.z_scores, 2)))
