@@ -198,8 +198,11 @@ def _row_logliks(X, W, T, mu, Psi, rest, d1):
     """log N(x_n; o, M Mᵀ + diag Psi) for every row, one component and one draw of z_2..z_J
     (``rest``: J - 1 arrays (d_j,)): z_1 integrated out. Woodbury through the d_1 x d_1
     precision P = I + Mᵀ Psi⁻¹ M, never a D x D matrix."""
-    zs = [jnp.zeros((1, d1), X.dtype), *(z[None] for z in rest)]
-    M = W[:, :d1] + contract(T, zs, skip=0)[0]  # (D, d_1)
+    if rest:
+        zs = [jnp.zeros((1, d1), X.dtype), *(z[None] for z in rest)]
+        M = W[:, :d1] + contract(T, zs, skip=0)[0]  # (D, d_1)
+    else:  # one group: u = z_1, so T multiplies z_1 as W does
+        M = W + T
     o = mu + (W[:, d1:] @ jnp.concatenate(rest) if rest else 0.0)
     MtL = M.T / Psi  # (d_1, D)
     L = jnp.linalg.cholesky(jnp.eye(d1, dtype=X.dtype) + MtL @ M)
