@@ -46,6 +46,7 @@ import numpyro.distributions as dist
 
 from latentzoo.inference.conjugate import gamma_precision_posterior, normal_mean_posterior
 from latentzoo.inference.gaussian import diag_embed, gaussian_draw, mvn_from_precision
+from latentzoo.inference.tempering import temperature
 from latentzoo.inference.updates import (
     ELEMENTWISE,
     GibbsUpdate,
@@ -76,6 +77,9 @@ GAMMA = (dist.Gamma,)
 
 def z_natural(values, obs, priors):
     X, W, mu, psi = obs["X"], values["W"], values["mu"], values["psi"]
+    # p(x | z)^beta is N(x; Wz + mu, diag(1/(beta psi))) up to a z-free factor: the tempered
+    # conditional (annealed importance sampling) is the untempered one at precision beta * psi
+    psi = temperature(priors["X"]) * psi
     N, K = values["z"].shape
     base = unwrap(priors["z"])
     prec0 = 1.0 / jnp.asarray(base.scale) ** 2
