@@ -33,17 +33,20 @@ without overflow. It is itself an estimate from M weights: when a few chains dom
 
 **No normalising constant in the weights.** The same unnormalised :math:`f_\beta` enters the
 weights and the kernels. The tensor-analysers supplement (eqs. 18-20) instead normalises the
-tempered likelihood, adding :math:`C(\beta)` (:func:`supplement_log_c`) to :math:`\log f_\beta`;
-the kernels do not see a z-free constant, but the weights telescope to an extra
+tempered likelihood, adding :math:`C(\beta)`
+(:func:`~latentzoo.inference.ais_weights.supplement_log_c`) to :math:`\log f_\beta`. The
+kernels do not see a z-free constant, but the weights telescope to an extra
 :math:`C(\beta_{K-1}) - C(\beta_0) = -C(0)`, which is infinite (:math:`-\infty` with eq. 19 as
-printed, :math:`+\infty` with the constant that really normalises): :func:`supplement_log_weights`
-shows it.
+printed, :math:`+\infty` with the constant that really normalises), as
+:func:`~latentzoo.inference.ais_weights.supplement_log_weights` shows.
 
-**Whole data or per row.** ``X`` is the model's whole data set: the estimate is
-:math:`\log p(X \mid \theta) = \sum_n \log p(x_n \mid \theta)` for models whose rows are
-independent given :math:`\theta` (divide by N for "per data point"). One AIS run on all rows is
-N chains' worth of work in one; its log weights' variance grows with N, so the number of
-temperatures needed grows with N too.
+**Whole data or per row.** By default ``X`` is one data set: the estimate is
+:math:`\log p(X \mid \theta)`, for models whose rows are independent given :math:`\theta` the
+sum :math:`\sum_n \log p(x_n \mid \theta)` (divide by N for "per data point"). Its log
+weights' variance grows with N, so the number of temperatures a joint run needs grows with N
+too. With ``per_row=True`` each row gets its own M chains and its own estimate (vectorised over
+the rows, so at the cost of one joint run): the error of the sum then adds up in quadrature over
+rows instead of inside every weight. Use it whenever the latents are per row.
 
 :func:`prior_sampling_log_marginal` is the simple importance sampler with the prior as proposal
 (the tensor-analysers paper's sec. 3.3): the same computation with the schedule (0, 1).
@@ -51,8 +54,6 @@ temperatures needed grows with N too.
 
 from __future__ import annotations
 
-import collections
-import functools
 import math
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -60,12 +61,11 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from numpyro.handlers import seed, substitute, trace
+from numpyro.handlers import seed, trace
 from numpyro.infer.gibbs import latent_sample_sites
 
-from .gibbs import SweepState, read_model, sweep
+from .ais_weights import AISSetup, compiled_weights, split_model_kwargs
 from .gibbs_plan import make_plan
-from .tempering import temper
 from .updates import GibbsUpdate, Move
 
 __all__ = [
@@ -73,8 +73,6 @@ __all__ = [
     "ais",
     "beta_schedule",
     "prior_sampling_log_marginal",
-    "supplement_log_c",
-    "supplement_log_weights",
     "log_mean_exp_with_stderr",
 ]
 
@@ -91,6 +89,8 @@ class AISResult(NamedTuple):
     - **log_marginal**: log of the mean weight, :math:`\\log \\frac1M \\sum_m w_m` (scalar).
     - **stderr**: its delta-method standard error, :math:`\\mathrm{sd}(w / \\bar w)/\\sqrt M`.
     - **log_weights**: (M,) the chains' log weights.
+
+    With ``per_row=True`` the first three have a leading row axis: (N,), (N,), (N, M).
     - **betas**: (K,) the temperatures, from 0 to 1.
     """
 
@@ -103,16 +103,17 @@ class AISResult(NamedTuple):
     def ess(self) -> jax.Array:
         """Effective number of chains, :math:`(\\sum w)^2 / \\sum w^2` (M when all weights agree)."""
         lw = self.log_weights
-        return jnp.exp(2.0 * jax.nn.logsumexp(lw) - jax.nn.logsumexp(2.0 * lw))
+        return jnp.exp(2.0 * jax.nn.logsumexp(lw, axis=-1) - jax.nn.logsumexp(2.0 * lw, axis=-1))
 
 
 def log_mean_exp_with_stderr(log_weights) -> tuple[jax.Array, jax.Array]:
-    """``(log mean w, sd(w / mean w) / sqrt(M))`` from log weights (M,), without overflow."""
+    """``(log mean w, sd(w / mean w) / sqrt(M))`` from log weights (..., M) over the last axis,
+    without overflow."""
     lw = jnp.asarray(log_weights)
-    M = lw.shape[0]
-    est = jax.nn.logsumexp(lw) - jnp.log(M)
-    rel = jnp.exp(lw - est)  # w / mean(w), mean 1
-    return est, jnp.sqrt(jnp.sum((rel - 1.0) ** 2) / (M - 1) / M)
+    M = lw.shape[-1]
+    est = jax.nn.logsumexp(lw, axis=-1) - jnp.log(M)
+    rel = jnp.exp(lw - est[..., None])  # w / mean(w), mean 1
+    return est, jnp.sqrt(jnp.sum((rel - 1.0) ** 2, axis=-1) / (M - 1) / M)
 
 
 def beta_schedule(num_temps: int, kind: str = "sigmoid") -> np.ndarray:
@@ -150,110 +151,16 @@ def _check_betas(schedule, num_temps) -> np.ndarray:
     b = np.asarray(schedule, dtype=float)
     if (
         b.ndim != 1 or b.shape[0] < 2 or not np.all(np.isfinite(b)) or b[0] != 0.0
-        or b[-1] != 1.0 or np.any(np.diff(b) < 0)
+        or b[-1] != 1.0 or np.any(np.diff(b) <= 0)
     ):
         raise ValueError(
-            "The temperature schedule must be a 1-D array that starts at 0, ends at 1 and never decreases."
+            "The temperature schedule must be a 1-D array that starts at 0, ends at 1 and strictly increases."
         )
     return b
 
 
-# ------------------------------------------------------------------------- the compiled core
-class _Setup(NamedTuple):
-    model: object
-    updates: tuple
-    static_kwargs: tuple
-    latent_sites: tuple
-    data_site: str
-
-
-_COMPILED: collections.OrderedDict = collections.OrderedDict()
-_CACHE_SIZE = 16
-
-
-def _split_kwargs(model_kwargs):
-    """Hashable keyword arguments (sizes, tuples) are static; the rest (prior dicts, arrays) are
-    traced pytrees, so new hyperparameters do not recompile."""
-    static, dynamic = {}, {}
-    for k, v in model_kwargs.items():
-        try:
-            hash(v)
-            static[k] = v
-        except TypeError:
-            dynamic[k] = v
-    return tuple(sorted(static.items())), dynamic
-
-
-def _compiled(setup: _Setup):
-    # keyed by identity (the entry keeps the objects alive, so an id is never reused for another)
-    key = (id(setup.model), tuple(id(u) for u in setup.updates), setup.static_kwargs,
-           setup.latent_sites, setup.data_site)
-    if key in _COMPILED:
-        _COMPILED.move_to_end(key)
-        return _COMPILED[key][1]
-    fns = (jax.jit(functools.partial(_log_weights, setup)),
-           jax.jit(functools.partial(_prior_log_weights, setup), static_argnames=("batch",)))
-    _COMPILED[key] = (setup, fns)
-    if len(_COMPILED) > _CACHE_SIZE:
-        _COMPILED.popitem(last=False)
-    return fns
-
-
-def _log_likelihood(setup: _Setup, values, X, kwargs):
-    """log p(X | values) of the untempered data site (its handler scale, if any, included)."""
-    _, _, tr = read_model(setup.model, values, (X,), kwargs)
-    site = tr[setup.data_site]
-    lp = site["fn"].log_prob(site["value"])
-    if site.get("scale") is not None:
-        lp = lp * site["scale"]
-    return jnp.sum(lp)
-
-
-def _prior_draw(setup: _Setup, params, key, X, kwargs):
-    """The latents from p(z | params): the model traced with the parameters substituted."""
-    tr = trace(substitute(seed(setup.model, key), data=params)).get_trace(X, **kwargs)
-    return {s: tr[s]["value"] for s in setup.latent_sites}
-
-
-def _log_weights(setup: _Setup, params, X, keys, betas, dynamic):
-    """(M,) AIS log weights, one chain per key; betas (K,) traced (one compilation per K)."""
-    kwargs = {**dict(setup.static_kwargs), **dynamic}
-    data = (setup.data_site,)
-
-    def chain(key):
-        k0, k_run = jax.random.split(key)
-        z = _prior_draw(setup, params, k0, X, kwargs)
-        lw = (betas[1] - betas[0]) * _log_likelihood(setup, {**params, **z}, X, kwargs)
-
-        def step(carry, beta_dbeta):
-            z, lw, key = carry
-            beta, dbeta = beta_dbeta
-            state = SweepState({**params, **z}, key, jnp.zeros(()), jnp.zeros((), bool))
-            state = sweep(temper(setup.model, beta, data), setup.updates, state, (X,), kwargs)
-            z = {s: state.z[s] for s in setup.latent_sites}
-            lw = lw + dbeta * _log_likelihood(setup, {**params, **z}, X, kwargs)
-            return (z, lw, state.rng_key), None
-
-        # the kernel at beta_k (k = 1..K-2), then the weight's factor f_{k+1} / f_k at the result
-        (_, lw, _), _ = jax.lax.scan(step, (z, lw, k_run), (betas[1:-1], jnp.diff(betas)[1:]))
-        return lw
-
-    return jax.vmap(chain)(keys)
-
-
-def _prior_log_weights(setup: _Setup, params, X, keys, dynamic, *, batch: int):
-    """log p(X | z) for z from the prior, one per key; keys (B, batch): lax.map over the B
-    batches, vmap within one, so memory is that of one batch."""
-    kwargs = {**dict(setup.static_kwargs), **dynamic}
-
-    def one(key):
-        return _log_likelihood(setup, {**params, **_prior_draw(setup, params, key, X, kwargs)},
-                               X, kwargs)
-
-    return jax.lax.map(jax.vmap(one), keys).reshape(-1)
-
-
-def _prepare(model, updates, X, params, model_kwargs, latent_sites, data_site, need_updates):
+def _prepare(model, updates, X, params, model_kwargs, latent_sites, data_site, need_updates,
+             per_row):
     """Validate the inputs (one sentence per problem) and choose the updates AIS sweeps."""
     if not callable(model):
         raise ValueError("model must be a NumPyro model (a callable).")
@@ -287,6 +194,14 @@ def _prepare(model, updates, X, params, model_kwargs, latent_sites, data_site, n
             + (f"; {missing} are missing" if missing else "")
             + (f"; {extra} are not parameter sites" if extra else "") + "."
         )
+    if per_row:
+        rows = X.shape[0] if X.ndim else None
+        ragged = [s for s in latent_sites if jnp.ndim(tr[s]["value"]) < 1 or jnp.shape(tr[s]["value"])[0] != rows]
+        if ragged:
+            raise ValueError(
+                f"per_row needs every latent site to hold one entry per row of X along its first "
+                f"axis, and {ragged} do not."
+            )
     fixed = {}
     for name in param_sites:
         value = jnp.asarray(params[name])
@@ -310,8 +225,8 @@ def _prepare(model, updates, X, params, model_kwargs, latent_sites, data_site, n
                 f"No applicable update in the table samples the latent sites {uncovered} alone; "
                 "AIS needs one for every latent site."
             )
-    static, dynamic = _split_kwargs(model_kwargs)
-    setup = _Setup(model, chosen, static, latent_sites, data_site)
+    static, dynamic = split_model_kwargs(model_kwargs)
+    setup = AISSetup(model, chosen, static, latent_sites, data_site)
     return setup, X, fixed, dynamic
 
 
@@ -328,6 +243,7 @@ def ais(
     schedule="sigmoid",
     rng_key,
     data_site: str = "X",
+    per_row: bool = False,
 ) -> AISResult:
     """log p(X | params) by annealed importance sampling.
 
@@ -348,18 +264,27 @@ def ais(
             array of temperatures from 0 to 1.
         rng_key: a JAX PRNG key.
         data_site: the observed site whose likelihood is tempered.
+        per_row: run AIS on each row of ``X`` on its own, M chains per row, for models whose
+            rows are independent given ``params`` and whose latent sites have one entry per row
+            (first axis). The same work as one run on all rows, and a far smaller error: the
+            variance of a joint run's log weights adds up over the rows.
 
-    Returns an :class:`AISResult`: log p(X | params) summed over all rows of ``X``.
+    Returns an :class:`AISResult`: log p(X | params) summed over all rows of ``X``, or with
+    ``per_row`` per row: ``log_marginal`` and ``stderr`` (N,), ``log_weights`` (N, M) (the
+    total is ``log_marginal.sum()``, its error ``sqrt((stderr**2).sum())``).
     """
     if not _is_int(num_chains) or num_chains < 2:
         raise ValueError(f"num_chains must be an integer >= 2 (for a standard error), got {num_chains!r}.")
     betas = _check_betas(schedule, num_temps)
     setup, X, fixed, dynamic = _prepare(
-        model, updates, X, params, model_kwargs, latent_sites, data_site, need_updates=True
+        model, updates, X, params, model_kwargs, latent_sites, data_site, True, bool(per_row)
     )
-    run, _ = _compiled(setup)
+    run, _ = compiled_weights(setup)
     betas_j = jnp.asarray(betas)
-    lw = run(fixed, X, jax.random.split(rng_key, num_chains), betas_j, dynamic)
+    keys = jax.random.split(rng_key, num_chains * (X.shape[0] if per_row else 1))
+    if per_row:
+        keys = keys.reshape((X.shape[0], num_chains) + keys.shape[1:])
+    lw = run(fixed, X, keys, betas_j, dynamic, per_row=bool(per_row))
     est, se = log_mean_exp_with_stderr(lw)
     return AISResult(est, se, lw, betas_j)
 
@@ -375,6 +300,7 @@ def prior_sampling_log_marginal(
     rng_key,
     batch: int = 1000,
     data_site: str = "X",
+    per_row: bool = False,
 ) -> AISResult:
     """log p(X | params) ≈ log (1/S) Σ_s p(X | z_s), z_s ~ p(z | params): importance sampling
     with the prior as proposal (AIS with the schedule (0, 1)). Fine when the posterior is not much
@@ -382,61 +308,21 @@ def prior_sampling_log_marginal(
     standard error (often itself underestimated then) shows.
 
     ``num_samples`` draws are made ``batch`` at a time (``lax.map`` over batches), so 1e5 fit in
-    memory; the count is rounded up to whole batches. Returns an :class:`AISResult` with
+    memory; the count is rounded up to whole batches. ``per_row`` as for :func:`ais` (each
+    row with its own ``num_samples`` draws). Returns an :class:`AISResult` with
     ``betas = (0, 1)``.
     """
     for name, v in (("num_samples", num_samples), ("batch", batch)):
         if not _is_int(v) or v < (2 if name == "num_samples" else 1):
             raise ValueError(f"{name} must be a positive integer (num_samples >= 2), got {v!r}.")
     setup, X, fixed, dynamic = _prepare(
-        model, (), X, params, model_kwargs, latent_sites, data_site, need_updates=False
+        model, (), X, params, model_kwargs, latent_sites, data_site, False, bool(per_row)
     )
-    _, run = _compiled(setup)
+    _, run = compiled_weights(setup)
     batch = min(batch, num_samples)
     n_batches = math.ceil(num_samples / batch)
     keys = jax.random.split(rng_key, n_batches * batch)
     keys = keys.reshape((n_batches, batch) + keys.shape[1:])
-    lw = run(fixed, X, keys, dynamic, batch=batch)
+    lw = run(fixed, X, keys, dynamic, batch=batch, per_row=bool(per_row))
     est, se = log_mean_exp_with_stderr(lw)
     return AISResult(est, se, lw, jnp.asarray([0.0, 1.0]))
-
-
-# ------------------------------------------------------------- the supplement's weights
-def supplement_log_c(beta, noise_variance, num_rows: int = 1, *, as_printed: bool = True):
-    r"""The tensor-analysers supplement's :math:`C(\beta)`, summed over ``num_rows`` rows, for
-    diagonal noise *variances* :math:`\Psi` (D,). As printed (eq. 19),
-
-    .. math::
-
-        C(\beta) = \tfrac\beta2 \log|\Psi| + \tfrac{\beta D}2 \log 2\pi
-                 - \tfrac12 \log|\beta\Psi| - \tfrac D2 \log 2\pi ,
-
-    meant to make :math:`\mathcal N(x; e, \Psi)^\beta e^{C(\beta)}` the normalised
-    :math:`\mathcal N(x; e, \Psi/\beta)` (eq. 20). It does not: that needs
-    :math:`\log|\Psi/\beta|` in place of :math:`\log|\beta\Psi|`, i.e. :math:`C + D\log\beta`
-    (``as_printed=False``). Both vanish at :math:`\beta = 1`; as :math:`\beta \to 0` the printed
-    one goes to :math:`+\infty`, the normalising one to :math:`-\infty`. ``beta`` may be an
-    array; returns its shape.
-    """
-    beta = jnp.asarray(beta)[..., None]
-    log_psi = jnp.log(jnp.asarray(noise_variance))
-    D = log_psi.shape[-1]
-    log_2pi = math.log(2.0 * math.pi)
-    sign = 1.0 if as_printed else -1.0
-    c = (0.5 * beta * log_psi.sum(-1, keepdims=True) + 0.5 * beta * D * log_2pi
-         - 0.5 * jnp.sum(sign * jnp.log(beta) + log_psi, -1, keepdims=True) - 0.5 * D * log_2pi)
-    return num_rows * c[..., 0]
-
-
-def supplement_log_weights(result: AISResult, noise_variance, num_rows: int, *,
-                           as_printed: bool = True):
-    """The log weights the supplement's eqs. 18-20 would give on the same chains: each factor
-    :math:`f_{\\beta_k}/f_{\\beta_{k-1}}` with :math:`\\log f_\\beta` including
-    :func:`supplement_log_c`. The kernels are unchanged (the constant is free of z), so the
-    weights differ from ``result.log_weights`` by :math:`\\sum_k C(\\beta_k) - C(\\beta_{k-1})
-    = C(1) - C(\\beta_0) = -C(\\beta_0)`: infinite from :math:`\\beta_0 = 0` (:math:`-\\infty`
-    as printed, :math:`+\\infty` with the normalising constant), and a bias of
-    :math:`-C(\\beta_0)` from any positive start. For showing why the constant stays out.
-    """
-    c = supplement_log_c(result.betas, noise_variance, num_rows, as_printed=as_printed)
-    return result.log_weights + jnp.sum(jnp.diff(c))
