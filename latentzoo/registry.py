@@ -39,6 +39,7 @@ METHOD_VOCABULARY = {
     "nuts": "NumPyro's NUTS on the same model (MCMC baseline)",
     "vb": "mean-field coordinate-ascent VI (point parameters where the paper uses variational EM)",
     "em": "EM with the exact posterior of the latents (closed form, or enumeration for binary)",
+    "mcem": "Monte Carlo EM: Gibbs E-step on persistent chains, closed-form M-step (point estimates)",
     "online-em": "streaming EM over chunks (O(DK) memory)",
     "online-sga": "streaming stochastic gradient ascent over chunks (O(DK) memory)",
 }

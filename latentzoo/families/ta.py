@@ -1,7 +1,10 @@
 """Registry entries: the tensor analyzer (``ta``) and the mixture of tensor analyzers (``mta``)
-(Tang, Salakhutdinov & Hinton, ICML 2013). Method: the hand-derived Gibbs sampler (``gibbs``:
-alternating group draws, joint (W, T, mu) rows, Psi; MTA's labels drawn with z_1 integrated out),
-started from a data-driven point per chain. Group sizes are d = (K, K) (``--K``), MTA's number
+(Tang, Salakhutdinov & Hinton, ICML 2013). Methods: the hand-derived Gibbs sampler (``gibbs``:
+alternating group draws, joint (W, T, mu) rows, Psi, the partially collapsed move; MTA's labels
+drawn with z_1 integrated out), started from a data-driven point per chain; and maximum
+likelihood by Monte Carlo EM (``mcem``, the paper's fitting method), whose run stores the
+estimates, the log-likelihood trace and a pointwise log-likelihood (z_1 integrated out exactly,
+the other groups by prior draws). Group sizes are d = (K, K) (``--K``), MTA's number
 of components ``--J`` (default 2).
 
 Identified quantities: ``Psi`` and ``mean_x`` for TA (W, T and the groups rotate); MTA's
@@ -62,6 +65,30 @@ def _run_gibbs(X, cfg, *, mixture: bool):
                          extra_fields=tuple(f"~z.{s}" for s in skip),
                          thinning=runs.storage_thinning(cfg.chains, cfg.samples, per_draw))
     return runs.mcmc_idata(mcmc, log_likelihood=False)
+
+
+def _run_mcem(X, cfg, *, mixture: bool):
+    """Maximum likelihood by Monte Carlo EM (:func:`latentzoo.inference.ta.mcem.fit_ta_mcem`);
+    the log-likelihood trace (estimated at every 10th iteration) is the run's objective."""
+    from latentzoo.inference.ta.mcem import fit_ta_mcem, log_likelihood_estimate
+
+    d = (cfg.K, cfg.K)
+    C = (cfg.J or DEFAULT_C) if mixture else 1
+    if not 1 <= C <= X.shape[0]:
+        raise ValueError(f"The number of components J must be between 1 and N = {X.shape[0]}, got {C}.")
+    iterations, _ = runs.point_sizes(cfg, sweeps=100, quick_sweeps=10)
+    fit = fit_ta_mcem(X, d=d, C=C, num_iterations=iterations, seed=cfg.seed, checkpoints=10,
+                      progress_bar=cfg.progress)
+    params = {k: np.asarray(v) for k, v in fit.params.items()}
+    y_mean = np.zeros(sum(d))
+    if mixture:
+        params["mean_x"] = params["pi"] @ params["mu"]
+        params["Psi_mean"] = params["pi"] @ params["Psi"]
+    else:
+        params["mean_x"] = params["mu"] + params["W"] @ y_mean
+    ll = np.asarray(log_likelihood_estimate(jnp.asarray(X), fit.params, d=d, per_row=True))
+    return runs.point_idata(params, [v for _, v in fit.loglik_trace], observed={"X": np.asarray(X)},
+                            log_likelihood={"X": ll})
 
 
 def ta_posterior_predictive(idata, rng_seed=0, max_draws=200):
@@ -158,7 +185,8 @@ TA = register(
         model=tensor_analyzer,
         data_kind=MATRIX,
         default_data=lambda seed: default_ta_data(seed),
-        methods=(Method("gibbs", partial(_run_gibbs, mixture=False)),),
+        methods=(Method("gibbs", partial(_run_gibbs, mixture=False)),
+                 Method("mcem", partial(_run_mcem, mixture=False), kind="point")),
         identified=("Psi", "mean_x"),
         trace_sites=("Psi",),
         posterior_predictive=ta_posterior_predictive,
@@ -176,7 +204,8 @@ MTA = register(
         model=mixture_of_tensor_analyzers,
         data_kind=MATRIX,
         default_data=lambda seed: default_ta_data(seed),
-        methods=(Method("gibbs", partial(_run_gibbs, mixture=True)),),
+        methods=(Method("gibbs", partial(_run_gibbs, mixture=True)),
+                 Method("mcem", partial(_run_mcem, mixture=True), kind="point")),
         identified=("mean_x", "Psi_mean"),
         trace_sites=("Psi_mean",),
         posterior_predictive=ta_posterior_predictive,
