@@ -336,14 +336,24 @@ class _Compiled:
         self.model_args = (X,)
         self.model_kwargs = model_kwargs
         model = mcem.model
-        tr = trace(seed(model, jax.random.PRNGKey(0))).get_trace(X, **model_kwargs)
-        latent = latent_sample_sites(tr)
+        found = {}
+
+        def structure(X):
+            tr = trace(seed(model, jax.random.PRNGKey(0))).get_trace(X, **model_kwargs)
+            found["latent"] = latent_sample_sites(tr)
+            found["shapes"] = {n: jnp.shape(tr[n]["value"]) for n in found["latent"]}
+            found["plan"] = make_plan(model, mcem.updates, (X,), model_kwargs)
+
+        # Abstract evaluation: the plan needs only the sites' names, shapes and families, and
+        # tracing the model eagerly would compile every one of its operations on its own
+        # (seconds for a tensor analyzer).
+        jax.eval_shape(structure, X)
+        latent, plan = found["latent"], found["plan"]
         unknown = [s for s in mcem.latent_sites if s not in latent]
         if unknown:
             raise ValueError(f"latent_sites {unknown} are not latent sample sites of the model.")
-        self.shapes = {n: jnp.shape(tr[n]["value"]) for n in latent}
+        self.shapes = found["shapes"]
         self.param_sites = tuple(s for s in latent if s not in mcem.latent_sites)
-        plan = make_plan(model, mcem.updates, self.model_args, model_kwargs)
         wanted = set(mcem.latent_sites)
         self.updates = tuple(u for u in plan.updates if set(u.sites) <= wanted)
         covered = {s for u in self.updates if isinstance(u, GibbsUpdate) for s in u.sites}

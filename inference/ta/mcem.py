@@ -309,7 +309,8 @@ def fit_ta_mcem(
 
     The start is data-driven (:func:`latentzoo.inference.ta.start.init_from_data`: per
     component the mean, the top principal directions as W, small random T, the residual variance
-    as Psi; MTA components from k-means++ seeds); ``init_params`` overrides entries of it. The
+    as Psi but no less than half of each coordinate's variance; MTA components from k-means++
+    seeds); ``init_params`` overrides entries of it. The
     E-step is the TA Gibbs table's latent updates (alternating group draws, MTA's exact (c, z_1)
     block) on persistent chains; the M-step :func:`ta_m_step` / :func:`mta_m_step`. The default
     schedule doubles the draws per chain every 10 iterations up to 32.
@@ -331,6 +332,11 @@ def fit_ta_mcem(
         kwargs, m_step = {"d": d, "C": C}, mta_m_step
     start = init_from_data(key_start, X, d=d, C=None if C == 1 else C)
     params = {k: v for k, v in start.items() if k not in latent}
+    # Psi from at least half of each coordinate's variance (in its component): with P >= D the
+    # principal directions explain everything and the start's Psi sits at its floor, where the
+    # groups' posterior is so sharp that EM barely moves (docs/mcem.md)
+    var = jnp.sum(params["W"] ** 2, -1) + params["Psi"]
+    params["Psi"] = jnp.maximum(params["Psi"], 0.5 * var)
     if init_params:
         unknown = sorted(set(init_params) - set(params))
         if unknown:
