@@ -185,7 +185,9 @@ def collapsed_log_Z(values, obs, priors, j: int = 0):
     log_Z = -0.5 * (D * LOG_2PI + log_det_Sigma - jnp.sum(jnp.log(p0)) + log_det_P + quad)
     _, _, _, Psi, _ = components(values)
     delta = (1.0 - beta) * (0.5 * D * LOG_2PI + 0.5 * jnp.sum(jnp.log(Psi), -1)) - 0.5 * D * jnp.log(beta)
-    return log_Z + delta[:, None], P, b
+    # at beta = 0 the likelihood is flat (p(x | .)^0 = 1): log Z = 0 exactly, where the formula
+    # above would give inf - inf
+    return jnp.where(beta > 0, log_Z + delta[:, None], 0.0), P, b
 
 
 def label_group_logits(values, obs, priors, j: int = 0):
