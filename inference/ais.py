@@ -45,8 +45,12 @@ printed, :math:`+\infty` with the constant that really normalises), as
 sum :math:`\sum_n \log p(x_n \mid \theta)` (divide by N for "per data point"). Its log
 weights' variance grows with N, so the number of temperatures a joint run needs grows with N
 too. With ``per_row=True`` each row gets its own M chains and its own estimate (vectorised over
-the rows, so at the cost of one joint run): the error of the sum then adds up in quadrature over
-rows instead of inside every weight. Use it whenever the latents are per row.
+the rows, so at the cost of one joint run). While the summed variance of the rows' log weights is
+well below 1 the two agree to first order (same bias, same variance); beyond it a joint run's
+weights degenerate (one chain carries the weight, and its standard error is no longer to be
+trusted) while each row's run stays in the regime where the delta method holds: on TA{2,2,2} at
+noise s.d. 0.1 with 10 rows, M = 10 and K = 100, a joint run is 12 nats low, the per-row sum 1.8.
+Use it whenever the latents are per row.
 
 :func:`prior_sampling_log_marginal` is the simple importance sampler with the prior as proposal
 (the tensor-analysers paper's sec. 3.3): the same computation with the schedule (0, 1).
@@ -266,8 +270,8 @@ def ais(
         data_site: the observed site whose likelihood is tempered.
         per_row: run AIS on each row of ``X`` on its own, M chains per row, for models whose
             rows are independent given ``params`` and whose latent sites have one entry per row
-            (first axis). The same work as one run on all rows, and a far smaller error: the
-            variance of a joint run's log weights adds up over the rows.
+            (first axis). The same work as one run on all rows; it keeps working where a joint
+            run's weights degenerate (their variance adds up over the rows).
 
     Returns an :class:`AISResult`: log p(X | params) summed over all rows of ``X``, or with
     ``per_row`` per row: ``log_marginal`` and ``stderr`` (N,), ``log_weights`` (N, M) (the
