@@ -93,9 +93,9 @@ class AISResult(NamedTuple):
     - **log_marginal**: log of the mean weight, :math:`\\log \\frac1M \\sum_m w_m` (scalar).
     - **stderr**: its delta-method standard error, :math:`\\mathrm{sd}(w / \\bar w)/\\sqrt M`.
     - **log_weights**: (M,) the chains' log weights.
+    - **betas**: (K,) the temperatures, from 0 to 1.
 
     With ``per_row=True`` the first three have a leading row axis: (N,), (N,), (N, M).
-    - **betas**: (K,) the temperatures, from 0 to 1.
     """
 
     log_marginal: jax.Array

@@ -19,6 +19,7 @@ from numpyro.handlers import seed, substitute, trace
 
 from .gibbs import SweepState, read_model, sweep
 from .tempering import temper
+from .updates import GibbsUpdate, Move
 
 __all__ = [
     "AISSetup",
@@ -61,9 +62,44 @@ def split_model_kwargs(model_kwargs):
     return tuple(sorted(static.items())), dynamic
 
 
+def _fingerprint(obj, depth: int = 0):
+    """A hashable key that is equal for two callables only when they compute the same thing: a
+    function by its code, defaults and closure values (recursively), a ``functools.partial`` by
+    its function and arguments, a hashable value by itself, anything else by identity. An update
+    table is rebuilt on every ``fa_updates()`` call; this lets the rebuilt table reuse the
+    compiled program. Identity keys stay valid because the cache keeps the objects alive. As
+    with ``jax.jit``'s own cache, module globals the code reads are not part of the key."""
+    if depth > 8:
+        return ("id", id(obj))
+    if isinstance(obj, functools.partial):
+        return ("partial", _fingerprint(obj.func, depth + 1),
+                tuple(_fingerprint(a, depth + 1) for a in obj.args),
+                tuple((k, _fingerprint(v, depth + 1)) for k, v in sorted(obj.keywords.items())))
+    code = getattr(obj, "__code__", None)
+    if code is not None:
+        cells = tuple(_fingerprint(c.cell_contents, depth + 1) for c in (obj.__closure__ or ()))
+        defaults = tuple(_fingerprint(v, depth + 1) for v in (obj.__defaults__ or ()))
+        return ("fn", code, cells, defaults)
+    if isinstance(obj, (GibbsUpdate, Move)):
+        return (type(obj).__name__, obj.name, tuple(obj.sites),
+                tuple(_fingerprint(getattr(obj, f), depth + 1)
+                      for f in obj._fields if f not in ("name", "sites", "requires")))
+    if isinstance(obj, (tuple, list)):
+        return (type(obj).__name__, tuple(_fingerprint(v, depth + 1) for v in obj))
+    try:
+        hash(obj)
+    except TypeError:
+        return ("id", id(obj))
+    if isinstance(obj, (int, float, str, bytes, bool, type(None), type)):
+        return ("value", obj)
+    return ("id", id(obj))
+
+
 def compiled_weights(setup: AISSetup):
-    # keyed by identity (the entry keeps the objects alive, so an id is never reused for another)
-    key = (id(setup.model), tuple(id(u) for u in setup.updates), setup.static_kwargs,
+    """The jitted ``(ais_log_weights, prior_log_weights)`` for ``setup``, from a small cache
+    keyed by the model's identity and the updates' :func:`_fingerprint`, so repeated estimates
+    (new data of the same shape, new parameters, a rebuilt update table) compile once."""
+    key = (id(setup.model), _fingerprint(setup.updates), setup.static_kwargs,
            setup.latent_sites, setup.data_site)
     if key in _COMPILED:
         _COMPILED.move_to_end(key)
@@ -129,8 +165,8 @@ def prior_log_weights(setup: AISSetup, params, X, keys, dynamic, *, batch: int, 
     kwargs = {**dict(setup.static_kwargs), **dynamic}
 
     def one(key, x):
-        return data_log_likelihood(setup, {**params, **prior_draw(setup, params, key, x, kwargs)},
-                               x, kwargs)
+        z = prior_draw(setup, params, key, x, kwargs)
+        return data_log_likelihood(setup, {**params, **z}, x, kwargs)
 
     if not per_row:
         return jax.lax.map(jax.vmap(lambda k: one(k, X)), keys).reshape(-1)

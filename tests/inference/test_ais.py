@@ -20,7 +20,7 @@ from latentzoo.inference.ais import (
     log_mean_exp_with_stderr,
     prior_sampling_log_marginal,
 )
-from latentzoo.inference.ais_weights import supplement_log_c, supplement_log_weights
+from latentzoo.inference.ais_weights import AISSetup, compiled_weights, supplement_log_c, supplement_log_weights
 from latentzoo.inference.checks import check_conditional, simulate
 from latentzoo.inference.fa import gibbs as fa_gibbs
 from latentzoo.inference.gaussian import gaussian_draw, mvn_from_precision
@@ -232,3 +232,13 @@ def test_params_must_be_the_parameter_sites():
         run(X, {**params, "mu": params["mu"][:2]})
     with pytest.raises(ValueError, match="finite"):
         run(X.at[0, 0].set(jnp.nan), params)
+
+
+def test_a_rebuilt_table_reuses_the_compiled_program():
+    """fa_updates() makes new records on every call; the cache matches them by what they compute
+    (a second compilation would cost seconds per estimate), and tells a different update apart."""
+    z = (fa_gibbs.z_update(),)
+    setup = AISSetup(factor_analysis, z, (("K", K),), ("z",), "X")
+    assert compiled_weights(setup) is compiled_weights(setup._replace(updates=(fa_gibbs.z_update(),)))
+    assert compiled_weights(setup) is not compiled_weights(setup._replace(updates=(untempered_z_update(),)))
+    assert compiled_weights(setup) is not compiled_weights(setup._replace(static_kwargs=(("K", 3),)))
