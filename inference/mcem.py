@@ -41,19 +41,15 @@ the log-likelihood at every iteration (the draws are noisy), so, unlike
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from numpyro.handlers import seed, substitute, trace
-from numpyro.infer.gibbs import latent_sample_sites
 from tqdm.auto import tqdm
 
-from .gibbs import SweepState, sweep
-from .gibbs_plan import make_plan
+from .mcem_chains import LatentChains
 from .updates import GibbsUpdate, Move
 
 __all__ = ["MCEM", "MCEMState", "MCEMResult", "doubling_schedule"]
@@ -63,7 +59,8 @@ class MCEMState(NamedTuple):
     """State of a Monte Carlo EM run.
 
     - **params**: the current parameter values, site name -> array in the site's shape.
-    - **latents**: the persistent chains, latent site name -> (num_chains, *site shape).
+    - **latents**: the persistent chains, latent site name -> array of shape
+      ``(num_chains, *site_shape)``.
     - **iteration**: the number of completed EM iterations (M-steps).
     - **rng_key**: key for the next E-step.
     """
@@ -134,7 +131,7 @@ class MCEM:
             that claims a site owns it, as in :class:`~latentzoo.inference.gibbs.ConjugateGibbs`);
             every latent site must be written by one of them.
         m_step: ``m_step(samples, X, params) -> params``: ``samples`` maps each latent site to
-            its draws stacked over chains and draws, (num_samples * num_chains, *site shape);
+            its draws stacked over chains and draws, ``(num_samples * num_chains, *site_shape)``;
             it returns new values for every entry of ``params``. It runs inside ``jax.jit``
             unless ``jit_m_step=False``.
         latent_sites: the sites the E-step samples; every other latent site of the model is a
@@ -198,19 +195,24 @@ class MCEM:
         self.sample_schedule = sample_schedule or doubling_schedule()
         self.loglik_fn = loglik_fn
         self.jit_m_step = bool(jit_m_step)
-        self._compiled: dict[Any, _Compiled] = {}
+        self._chains: dict[Any, LatentChains] = {}
+        self._m_step = jax.jit(m_step) if self.jit_m_step else m_step
 
     # -- building blocks ------------------------------------------------------------------
-    def e_step_updates(self, X, **model_kwargs) -> tuple[GibbsUpdate | Move, ...]:
-        """The updates the E-step sweeps on this data, in order."""
-        return self._compiled_for(X, model_kwargs).updates
-
-    def _compiled_for(self, X, model_kwargs) -> _Compiled:
+    def chains(self, X, **model_kwargs) -> LatentChains:
+        """The E-step's chains for data of this shape and these model arguments (built once)."""
         X = jnp.asarray(X)
         key = (X.shape, str(X.dtype), tuple(sorted((k, repr(v)) for k, v in model_kwargs.items())))
-        if key not in self._compiled:
-            self._compiled[key] = _Compiled(self, X, dict(model_kwargs))
-        return self._compiled[key]
+        if key not in self._chains:
+            self._chains[key] = LatentChains(
+                self.model, self.updates, self.latent_sites, X, model_kwargs,
+                num_chains=self.num_chains, sweeps_per_sample=self.sweeps_per_sample,
+            )
+        return self._chains[key]
+
+    def e_step_updates(self, X, **model_kwargs) -> tuple[GibbsUpdate | Move, ...]:
+        """The updates the E-step sweeps on this data, in order."""
+        return self.chains(X, **model_kwargs).updates
 
     # -- SVI-like interface ---------------------------------------------------------------
     def init(self, rng_key, X, params, **model_kwargs) -> MCEMState:
@@ -219,12 +221,14 @@ class MCEM:
         ``params`` must give every latent site of the model outside ``latent_sites``, each in its
         site's shape.
         """
-        c = self._compiled_for(X, model_kwargs)
+        c = self.chains(X, **model_kwargs)
+        X = jnp.asarray(X)
         params = c.check_params(params)
         rng_key, k_prior, k_burn = jax.random.split(rng_key, 3)
-        latents = c.prior_draw(params, jax.random.split(k_prior, self.num_chains), jnp.asarray(X))
+        latents = c.prior_draw(params, jax.random.split(k_prior, self.num_chains), X)
         if self.burn_in:
-            latents = c.burn(params, latents, k_burn, jnp.asarray(X), self.burn_in)
+            # the first E-step's program (its draws dropped): no compilation of its own
+            latents = c.run(params, latents, k_burn, X, self.burn_in, self.num_samples(0))[0]
         return MCEMState(params, latents, 0, rng_key)
 
     def get_params(self, state: MCEMState) -> dict:
@@ -246,11 +250,13 @@ class MCEM:
         Returns the new state and ``stats``: ``num_samples`` (draws per chain) and ``log_joint``
         (the draws' average log p(X, z, params) at the parameters they were drawn under).
         """
-        c = self._compiled_for(X, model_kwargs)
+        c = self.chains(X, **model_kwargs)
+        X = jnp.asarray(X)
         S = self.num_samples(state.iteration)
         rng_key, key = jax.random.split(state.rng_key)
-        params, latents, log_joint = c.step(state.params, state.latents, key, jnp.asarray(X), S)
-        c.check_m_step_output(state.params, params)
+        latents, samples, log_joint = c.run(state.params, state.latents, key, X, self.discard, S)
+        params = self._m_step(samples, X, state.params)
+        _check_m_step_output(state.params, params)
         new = MCEMState(params, latents, state.iteration + 1, rng_key)
         return new, {"num_samples": S, "log_joint": log_joint}
 
@@ -326,135 +332,12 @@ class MCEM:
         return marks | {start, end}
 
 
-class _Compiled:
-    """The E-step and M-step of one :class:`MCEM` on data of one shape and one set of model
-    arguments: the update plan, the site shapes, and the jitted functions (one compilation per
-    distinct sample size, which jit's cache keys on the static ``num_samples``)."""
-
-    def __init__(self, mcem: MCEM, X, model_kwargs):
-        self.mcem = mcem
-        self.model_args = (X,)
-        self.model_kwargs = model_kwargs
-        model = mcem.model
-        found = {}
-
-        def structure(X):
-            tr = trace(seed(model, jax.random.PRNGKey(0))).get_trace(X, **model_kwargs)
-            found["latent"] = latent_sample_sites(tr)
-            found["shapes"] = {n: jnp.shape(tr[n]["value"]) for n in found["latent"]}
-            found["plan"] = make_plan(model, mcem.updates, (X,), model_kwargs)
-
-        # Abstract evaluation: the plan needs only the sites' names, shapes and families, and
-        # tracing the model eagerly would compile every one of its operations on its own
-        # (seconds for a tensor analyzer).
-        jax.eval_shape(structure, X)
-        latent, plan = found["latent"], found["plan"]
-        unknown = [s for s in mcem.latent_sites if s not in latent]
-        if unknown:
-            raise ValueError(f"latent_sites {unknown} are not latent sample sites of the model.")
-        self.shapes = found["shapes"]
-        self.param_sites = tuple(s for s in latent if s not in mcem.latent_sites)
-        wanted = set(mcem.latent_sites)
-        self.updates = tuple(u for u in plan.updates if set(u.sites) <= wanted)
-        covered = {s for u in self.updates if isinstance(u, GibbsUpdate) for s in u.sites}
-        missing = [s for s in mcem.latent_sites if s not in covered]
-        if missing:
+def _check_m_step_output(old, new) -> None:
+    if not isinstance(new, dict) or set(new) != set(old):
+        got = sorted(new) if isinstance(new, dict) else type(new).__name__
+        raise ValueError(f"m_step must return new values for {sorted(old)}, got {got}.")
+    for k, v in new.items():
+        if jnp.shape(v) != jnp.shape(old[k]):
             raise ValueError(
-                f"No applicable update in the table samples the latent sites {missing} alone; "
-                "the E-step needs one for every latent site."
+                f"m_step returned {k!r} with shape {jnp.shape(v)}; it has {jnp.shape(old[k])}."
             )
-        self._jit_e_step = jax.jit(self._e_step, static_argnames=("num_samples",))
-        self._m_step = jax.jit(mcem.m_step) if mcem.jit_m_step else mcem.m_step
-        self.prior_draw = jax.jit(self._prior_draw)
-
-    # -- checks ---------------------------------------------------------------------------
-    def check_params(self, params) -> dict:
-        if not isinstance(params, dict):
-            raise ValueError("params must be a dict of site name -> value.")
-        missing = [s for s in self.param_sites if s not in params]
-        if missing:
-            raise ValueError(f"params lacks values for the model's parameter sites {missing}.")
-        extra = [s for s in params if s not in self.param_sites]
-        if extra:
-            raise ValueError(
-                f"params names {extra}, which are not parameter sites of the model "
-                f"(the parameters are {list(self.param_sites)})."
-            )
-        out = {}
-        for name in self.param_sites:
-            value = jnp.asarray(params[name])
-            if value.shape != self.shapes[name]:
-                raise ValueError(
-                    f"params[{name!r}] has shape {value.shape}; the model's site has {self.shapes[name]}."
-                )
-            out[name] = value
-        return out
-
-    def check_m_step_output(self, old, new) -> None:
-        if not isinstance(new, dict) or set(new) != set(old):
-            got = sorted(new) if isinstance(new, dict) else type(new).__name__
-            raise ValueError(f"m_step must return new values for {sorted(old)}, got {got}.")
-        for k, v in new.items():
-            if jnp.shape(v) != jnp.shape(old[k]):
-                raise ValueError(
-                    f"m_step returned {k!r} with shape {jnp.shape(v)}; it has {jnp.shape(old[k])}."
-                )
-
-    # -- pure functions (jitted above) ---------------------------------------------------
-    def _prior_draw(self, params, keys, X):
-        """Latents from their prior given ``params``: one draw per chain key."""
-        model, kwargs = self.mcem.model, self.model_kwargs
-
-        def one(key):
-            tr = trace(substitute(seed(model, key), data=params)).get_trace(X, **kwargs)
-            return {s: tr[s]["value"] for s in self.mcem.latent_sites}
-
-        return jax.vmap(one)(keys)
-
-    def _sweep(self, params, latents, key, X):
-        state = SweepState({**params, **latents}, key, jnp.zeros(()), jnp.zeros((), bool))
-        out = sweep(self.mcem.model, self.updates, state, (X,), self.model_kwargs)
-        return {s: out.z[s] for s in self.mcem.latent_sites}, -out.potential_energy
-
-    def _e_step(self, params, latents, key, X, num_discard, num_samples: int):
-        """``num_discard`` sweeps (a traced count: burn-in and every E-step share one
-        compilation), then ``num_samples`` draws per chain, each after ``sweeps_per_sample``
-        sweeps. Returns the chains' last state, the draws (S, num_chains, ...) and the draws'
-        mean log joint."""
-        thin = self.mcem.sweeps_per_sample
-
-        def chain(lat, k):
-            k_discard, k_draw = jax.random.split(k)
-
-            def discard(i, lat):
-                return self._sweep(params, lat, jax.random.fold_in(k_discard, i), X)[0]
-
-            lat = jax.lax.fori_loop(0, num_discard, discard, lat)
-
-            def draw(lat, k):
-                def one(carry, kk):
-                    return self._sweep(params, carry[0], kk, X), None
-
-                (lat, lj), _ = jax.lax.scan(one, (lat, jnp.zeros(())), jax.random.split(k, thin))
-                return lat, (lat, lj)
-
-            return jax.lax.scan(draw, lat, jax.random.split(k_draw, num_samples))
-
-        latents, (draws, log_joint) = jax.vmap(chain)(
-            latents, jax.random.split(key, self.mcem.num_chains)
-        )
-        samples = {s: v.reshape(-1, *v.shape[2:]) for s, v in draws.items()}
-        return latents, samples, jnp.mean(log_joint)
-
-    def burn(self, params, latents, key, X, num_sweeps: int):
-        """``num_sweeps`` sweeps of every chain before the first E-step; it runs the E-step's
-        compiled program (whose draws it drops), so it costs no compilation of its own."""
-        S0 = self.mcem.num_samples(0)
-        return self._jit_e_step(params, latents, key, X, num_sweeps, num_samples=S0)[0]
-
-    def step(self, params, latents, key, X, num_samples: int):
-        """One EM iteration: new params, the chains' last state, the draws' mean log joint."""
-        latents, samples, log_joint = self._jit_e_step(
-            params, latents, key, X, self.mcem.discard, num_samples=num_samples
-        )
-        return self._m_step(samples, X, params), latents, log_joint

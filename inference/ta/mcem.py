@@ -205,10 +205,14 @@ def _row_logliks(X, W, T, mu, Psi, rest, d1):
         M = W + T
     o = mu + (W[:, d1:] @ jnp.concatenate(rest) if rest else 0.0)
     MtL = M.T / Psi  # (d_1, D)
-    L = jnp.linalg.cholesky(jnp.eye(d1, dtype=X.dtype) + MtL @ M)
+    eye = jnp.eye(d1, dtype=X.dtype)
+    L = jnp.linalg.cholesky(eye + MtL @ M)
+    # L^-1 once (d_1 right-hand sides), then a product: a batched triangular solve with N
+    # right-hand sides is two orders of magnitude slower on XLA's CPU backend
+    L_inv = jax.scipy.linalg.solve_triangular(L, eye, lower=True)
     r = X - o
-    v = jax.scipy.linalg.solve_triangular(L, (r @ MtL.T).T, lower=True)  # (d_1, N)
-    quad = jnp.sum(r * r / Psi, -1) - jnp.sum(v * v, 0)
+    v = r @ (L_inv @ MtL).T  # (N, d_1)
+    quad = jnp.sum(r * r / Psi, -1) - jnp.sum(v * v, -1)
     logdet = jnp.sum(jnp.log(Psi)) + 2.0 * jnp.sum(jnp.log(jnp.diagonal(L)))
     return -0.5 * (X.shape[1] * LOG_2PI + logdet + quad)
 
