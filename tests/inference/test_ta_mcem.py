@@ -233,3 +233,38 @@ def test_the_recovery_test_fails_an_m_step_without_the_multiplicative_term(ta_pr
     res = mcem.run(jax.random.PRNGKey(1), ITERATIONS, jnp.asarray(X), params, d=(2, 2),
                    progress_bar=False)
     assert held_out(res.params, X_test) < held_out(truth, X_test) - 0.3
+
+
+def test_mcem_fits_a_mixture_of_tensor_analyzers():
+    """MTA{3, 2, 2} with two components 3 apart on average: from k-means++ seeds the fit climbs
+    0.55 nats per row and ends, held out, 0.21 nats per row below the truth (measured)."""
+    rng = np.random.default_rng(0)
+    truth = random_ta_parameters(rng, RD, (2, 2), C=2, noise=NOISE)
+    X = sample_ta(rng, truth, 400, (2, 2))[0]
+    X_test = sample_ta(rng, truth, 2000, (2, 2))[0]
+    fit = fit_ta_mcem(X, d=(2, 2), C=2, num_iterations=100, seed=0, num_chains=2,
+                      sample_schedule=lambda t: 4, checkpoints=50)
+    assert set(fit.params) == {"pi", "W", "T", "mu", "Psi"} and fit.params["T"].shape == (2, RD, 2, 2)
+    per_row = np.asarray([v for _, v in fit.loglik_trace]) / len(X)
+    assert per_row[-1] > per_row[0] + 0.3
+    assert held_out(fit.params, X_test) > held_out(truth, X_test) - 0.35
+    assert np.all(np.abs(fit.params["pi"] - 0.5) < 0.15)  # truth 0.5 each; measured 0.55, 0.45
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(d=()), "group sizes"),
+        (dict(d=(2, 0)), "group sizes"),
+        (dict(d=3), "sequence of group sizes"),
+        (dict(C=0), "C must be"),
+        (dict(num_iterations=0), "num_iterations"),
+        (dict(init_params={"V": np.zeros(3)}), "not parameters"),
+        (dict(X=np.array([[1.0, np.nan, 0.0], [0.0, 1.0, 2.0]])), "NaN"),
+        (dict(X=np.zeros((1, 3))), "at least 2"),
+    ],
+)
+def test_fit_ta_mcem_refuses_bad_input_in_one_sentence(kwargs, match):
+    X = kwargs.pop("X", np.random.default_rng(0).normal(size=(20, 3)))
+    with pytest.raises(ValueError, match=match):
+        fit_ta_mcem(X, **{"num_iterations": 2, **kwargs})
