@@ -222,6 +222,12 @@ def _prepare(model, updates, X, params, model_kwargs, latent_sites, data_site, n
             raise ValueError("updates must be GibbsUpdate or Move records (a Gibbs table).")
         plan = make_plan(model, updates, (X,), model_kwargs)
         chosen = tuple(u for u in plan.updates if set(u.sites) <= set(latent_sites))
+        untempered = [u.name for u in chosen if not u.tempered]
+        if untempered:
+            raise ValueError(
+                f"The updates {untempered} do not read the likelihood's temperature (tempered=False), "
+                "so AIS with them would be biased; derive their annealed form or leave them out."
+            )
         covered = {s for u in chosen if isinstance(u, GibbsUpdate) for s in u.sites}
         uncovered = [s for s in latent_sites if s not in covered]
         if uncovered:

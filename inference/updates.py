@@ -67,6 +67,9 @@ class GibbsUpdate(NamedTuple):
         draw: ``(key, values, obs, priors) -> {site: value}`` for blocks whose exact draw is
             sequential (e.g. a label from its z-marginalised conditional, then z given the
             label); used instead of ``conditional`` when given.
+        tempered: True when the derivation reads the likelihood's temperature
+            (:func:`~latentzoo.inference.tempering.temperature`) and is exact on the annealed
+            path too; annealed importance sampling refuses updates without it.
     """
 
     name: str
@@ -74,6 +77,7 @@ class GibbsUpdate(NamedTuple):
     requires: Mapping[str, tuple[type, ...]]
     conditional: ConditionalFn | None = None
     draw: SampleFn | None = None
+    tempered: bool = False
 
     def sample(self, key, values, obs, priors) -> SiteValues:
         if self.draw is not None:
@@ -102,6 +106,7 @@ class Move(NamedTuple):
     The three optional fields let :func:`~latentzoo.inference.checks.check_move_on_orbit` test an
     MH move against the exact target on a 1-D orbit, which a Geweke test on a small problem can
     miss (an MH move whose accept step is lost still nearly preserves a peaked target).
+    ``tempered``: as for :class:`GibbsUpdate`.
     """
 
     name: str
@@ -111,6 +116,7 @@ class Move(NamedTuple):
     orbit: Callable | None = None
     orbit_log_jacobian: Callable | None = None
     coordinate: Callable | None = None
+    tempered: bool = False
 
     def sample(self, key, values, obs, priors) -> SiteValues:
         return self.step(key, values, obs, priors)

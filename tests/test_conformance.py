@@ -76,6 +76,22 @@ def test_gibbs_table_passes_short_geweke_and_broken_twin_fails(family):
     assert not bad.passed, dict(zip(bad.labels, np.round(bad.z_scores, 2)))
 
 
+@pytest.mark.parametrize("family", WITH_GIBBS, ids=ids)
+def test_updates_that_claim_the_temperature_match_the_annealed_joint(family):
+    """An update flagged ``tempered`` is one AIS will run on p(z) p(x | z)^beta: its closed-form
+    conditional must match that annealed joint density (a draw-only block is tested in its
+    family's own tests)."""
+    from latentzoo.inference.checks import check_conditional
+    from latentzoo.inference.tempering import temper
+
+    flagged = [u for u in family.checks.gibbs_table()
+               if isinstance(u, GibbsUpdate) and u.tempered and u.conditional is not None]
+    for u in flagged:
+        err = check_conditional(temper(family.model, 0.3), u, family.checks.model_kwargs,
+                                jax.random.PRNGKey(4))
+        assert err < 1e-8, f"{u.name}: {err}"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("family", WITH_GIBBS, ids=ids)
 def test_gibbs_table_passes_sbc_where_the_posterior_is_informative(family):

@@ -197,7 +197,8 @@ def shear_step(key, values, obs, priors, pairs=None):
 
 
 def z_update() -> GibbsUpdate:
-    return _gaussian_update("z | W, mu, psi", "z", {"z": NORMAL, "X": NORMAL}, z_natural)
+    # z_natural reads the likelihood's temperature: exact on AIS's annealed path too
+    return _gaussian_update("z | W, mu, psi", "z", {"z": NORMAL, "X": NORMAL}, z_natural)._replace(tempered=True)
 
 
 def W_update() -> GibbsUpdate:

@@ -326,28 +326,32 @@ def group_update(j: int) -> GibbsUpdate:
     """z_j | x, z_{-j}, (c): the supplement's alternating Gibbs step for group j (0-based)."""
     name = f"z_{j + 1}"
     return GibbsUpdate(f"{name} | rest", (name,), {name: NORMAL, "X": NORMAL},
-                       _group_conditional(j), _group_draw(j))
+                       _group_conditional(j), _group_draw(j), tempered=True)
 
 
 def label_group_update(j: int = 0) -> GibbsUpdate:
     """(c, z_j) as one exact block: c with z_j integrated out, then z_j | c."""
     name = f"z_{j + 1}"
     requires = {"c": CATEGORICAL, name: NORMAL, "X": NORMAL}
-    return GibbsUpdate(f"(c, {name}) | rest (block)", ("c", name), requires, draw=_label_group_draw(j))
+    return GibbsUpdate(f"(c, {name}) | rest (block)", ("c", name), requires, draw=_label_group_draw(j),
+                       tempered=True)
 
 
 def label_update() -> GibbsUpdate:
-    return GibbsUpdate("c | z, params", ("c",), {"c": CATEGORICAL, "X": NORMAL}, _label_conditional)
+    return GibbsUpdate("c | z, params", ("c",), {"c": CATEGORICAL, "X": NORMAL}, _label_conditional,
+                       tempered=True)
 
 
 def loadings_update() -> GibbsUpdate:
     """(W, T, mu) jointly, one Gaussian draw per (component, output dimension)."""
     requires = {"W": NORMAL, "T": NORMAL, "mu": NORMAL, "X": NORMAL}
-    return GibbsUpdate("(W, T, mu) | z, c, Psi (rows)", ("W", "T", "mu"), requires, draw=_loadings_draw)
+    return GibbsUpdate("(W, T, mu) | z, c, Psi (rows)", ("W", "T", "mu"), requires, draw=_loadings_draw,
+                       tempered=True)
 
 
 def Psi_update() -> GibbsUpdate:
-    return GibbsUpdate("Psi | z, c, W, T, mu", ("Psi",), {"Psi": INVERSE_GAMMA, "X": NORMAL}, _Psi_conditional)
+    return GibbsUpdate("Psi | z, c, W, T, mu", ("Psi",), {"Psi": INVERSE_GAMMA, "X": NORMAL}, _Psi_conditional,
+                       tempered=True)
 
 
 def pi_update() -> GibbsUpdate:

@@ -58,7 +58,20 @@ def untempered_z_update() -> GibbsUpdate:
         "z ignoring beta", ("z",), fa_gibbs.z_update().requires,
         lambda v, o, p: {"z": mvn_from_precision(*natural(v, o, p))},
         lambda k, v, o, p: {"z": gaussian_draw(k, *natural(v, o, p))},
+        tempered=True,  # a false claim, so AIS runs it and the bias shows
     )
+
+
+def test_ais_refuses_updates_that_ignore_the_temperature():
+    import pytest
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(6, 3))
+    update = untempered_z_update()._replace(tempered=False)
+    params = {"W": jnp.zeros((3, 2)), "mu": jnp.zeros(3), "psi": jnp.ones(3)}
+    with pytest.raises(ValueError, match="temperature"):
+        ais(factor_analysis, [update], X, params, {"K": 2}, latent_sites=("z",),
+            rng_key=jax.random.PRNGKey(0), num_temps=5)
 
 
 def run(X, params, updates=None, **kw):

@@ -94,7 +94,8 @@ def untempered_group(j):
 
     return GibbsUpdate(f"z_{j + 1} ignoring beta", right.sites, right.requires,
                        lambda v, o, pr: right.conditional(v, o, strip(pr)),
-                       lambda k, v, o, pr: right.sample(k, v, o, strip(pr)))
+                       lambda k, v, o, pr: right.sample(k, v, o, strip(pr)),
+                       tempered=True)  # a false claim, so AIS runs it and the bias shows
 
 
 def ais_rows(X, p, updates, num_temps, num_chains=10, seed=0):
