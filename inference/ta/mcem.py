@@ -326,6 +326,9 @@ def fit_ta_mcem(
 
     X = jnp.asarray(check_matrix(X))
     d, C = _check_sizes(d, C)
+    for name, v, least in (("num_iterations", num_iterations, 1), ("seed", seed, 0)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < least:
+            raise ValueError(f"{name} must be an integer >= {least}, got {v!r}.")
     key_start, key_run, key_ll = jax.random.split(jax.random.PRNGKey(seed), 3)
     groups = group_names(d)
     if C == 1:

@@ -259,6 +259,7 @@ def test_mcem_fits_a_mixture_of_tensor_analyzers():
         (dict(d=3), "sequence of group sizes"),
         (dict(C=0), "C must be"),
         (dict(num_iterations=0), "num_iterations"),
+        (dict(seed=-1), "seed"),
         (dict(init_params={"V": np.zeros(3)}), "not parameters"),
         (dict(X=np.array([[1.0, np.nan, 0.0], [0.0, 1.0, 2.0]])), "NaN"),
         (dict(X=np.zeros((1, 3))), "at least 2"),
