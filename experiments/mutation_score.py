@@ -53,8 +53,15 @@ TESTS = {
         "tests/inference/test_known_mutants.py",
         "tests/inference/test_fa_checks.py",
         "tests/inference/test_gibbs_builder.py",
+        "tests/inference/test_ais.py",
         "tests/test_conformance.py",
     ],
+    "inference/ta/gibbs.py": ["tests/inference/test_ta_gibbs.py", "tests/inference/test_ta_ais.py"],
+    "inference/ta/moves.py": ["tests/inference/test_ta_gibbs.py", "tests/inference/test_ta_ais.py"],
+    "inference/ta/mcem.py": ["tests/inference/test_ta_mcem.py"],
+    "inference/mfa/em.py": ["tests/inference/test_mfa_em.py"],
+    "inference/mcem.py": ["tests/inference/test_mcem.py"],
+    "inference/ais.py": ["tests/inference/test_ais.py", "tests/inference/test_ta_ais.py"],
     "inference/conjugate.py": [
         "tests/inference/test_mutation_gaps_core.py",
         "tests/inference/test_update_checks.py",
@@ -162,6 +169,11 @@ FOCUS = {
         "thesis_sga_step", "sga_batch_step", "em_batch_step", "em_finalize", "_factor_map",
     ],
     "inference/noca/bound.py": None,  # every function
+    "inference/ta/gibbs.py": ["group_natural", "collapsed_log_Z", "label_group_logits", "select_rows",
+                              "_label_conditional", "_features", "_loadings_prior", "loadings_natural",
+                              "_split_loadings", "_Psi_conditional", "_pi_conditional", "_effective_loadings"],
+    "inference/ta/moves.py": None,
+    "inference/mfa/em.py": ["_component_terms", "mfa_log_likelihood", "mfa_em_step"],
     # the MAP pseudo-counts and the exact E-step's statistics; the rest is plumbing
     "inference/noca/blocks.py": ["noca_log_prior", "read_noca_priors", "_hyper", "exact_statistics",
                                  "noca_data_init"],
