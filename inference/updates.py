@@ -107,6 +107,10 @@ class Move(NamedTuple):
     MH move against the exact target on a 1-D orbit, which a Geweke test on a small problem can
     miss (an MH move whose accept step is lost still nearly preserves a peaked target).
     ``tempered``: as for :class:`GibbsUpdate`.
+    ``preserves_likelihood``: True for moves that travel along a group leaving p(X | ...)
+    unchanged (interweaving, scale and rotation moves), which a deterministic check verifies; an
+    MH move that changes the latents' fit to X (a partially collapsed draw) sets it False and is
+    judged by Geweke and SBC alone.
     """
 
     name: str
@@ -117,6 +121,7 @@ class Move(NamedTuple):
     orbit_log_jacobian: Callable | None = None
     coordinate: Callable | None = None
     tempered: bool = False
+    preserves_likelihood: bool = True
 
     def sample(self, key, values, obs, priors) -> SiteValues:
         return self.step(key, values, obs, priors)

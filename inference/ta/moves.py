@@ -91,4 +91,4 @@ def collapsed_group_move(i: int = 1, j: int = 0, steps: int = 3, *, mixture: boo
         requires["c"] = CATEGORICAL
         sites = (*sites, "c")
     return Move(f"{name_i} | x ({name_j} integrated out; MH) then {name_j} exactly", sites, requires,
-                _step(i, j, steps), tempered=True)
+                _step(i, j, steps), tempered=True, preserves_likelihood=False)
