@@ -171,7 +171,7 @@ FOCUS = {
     "inference/noca/bound.py": None,  # every function
     "inference/ta/gibbs.py": ["group_natural", "collapsed_log_Z", "label_group_logits", "select_rows",
                               "_label_conditional", "_features", "_loadings_prior", "loadings_natural",
-                              "_split_loadings", "_Psi_conditional", "_pi_conditional", "_effective_loadings"],
+                              "_split_loadings", "_Psi_conditional", "_pi_conditional", "_group_basis"],
     "inference/ta/moves.py": None,
     "inference/mfa/em.py": ["_component_terms", "mfa_log_likelihood", "mfa_em_step"],
     # the MAP pseudo-counts and the exact E-step's statistics; the rest is plumbing

@@ -47,6 +47,44 @@ def test_group_conditionals_match_joint_density(j, beta):
         assert err < 1e-9
 
 
+@pytest.mark.parametrize("psi_scale", [1.0, 1e-6])
+@pytest.mark.parametrize("j", [0, 1, 2])
+def test_group_natural_parameters_match_the_direct_form(j, psi_scale):
+    """The fast form (Gram matrices, expanded residual) against M and x - o built explicitly, on
+    three unequal groups (a transposed or mis-ordered unfolding of T breaks P by O(1)) and with
+    noise variances down to 1e-6 on offset data, where the expanded q is most exposed to
+    cancellation."""
+    from latentzoo.models.tensor_analyzer import contract
+
+    rng = np.random.default_rng(j)
+    C, N, D, d = 3, 7, 5, (2, 3, 2)
+    zs = [jnp.asarray(rng.normal(size=(N, k))) for k in d]
+    values = {f"z_{i + 1}": z for i, z in enumerate(zs)}
+    values.update(W=jnp.asarray(rng.normal(size=(C, D, sum(d)))),
+                  T=jnp.asarray(rng.normal(size=(C, D, *d))),
+                  mu=jnp.asarray(rng.normal(3.0, 1.0, size=(C, D))),
+                  Psi=jnp.asarray(psi_scale * rng.uniform(0.5, 2.0, size=(C, D))),
+                  c=jnp.asarray(rng.integers(0, C, N)))
+    X = jnp.asarray(rng.normal(3.0, 2.0, size=(N, D)))
+    priors = {f"z_{i + 1}": dist.Normal(0.3, 1.4) for i in range(3)}
+    priors["X"] = dist.Normal(0.0, 1.0)
+    P, b, q, lam = tg.group_natural(values, {"X": X}, priors, j)
+
+    lo = sum(d[:j])
+    y = jnp.concatenate(zs, -1)
+    y_rest = y.at[:, lo:lo + d[j]].set(0.0)
+    for k in range(C):
+        M = contract(values["T"][k], zs, skip=j) + values["W"][k][:, lo:lo + d[j]]
+        r = X - y_rest @ values["W"][k].T - values["mu"][k]
+        Lk = 1.0 / values["Psi"][k]
+        P_direct = jnp.einsum("nda,d,ndb->nab", M, Lk, M) + jnp.eye(d[j]) / 1.4**2
+        b_direct = jnp.einsum("nda,d,nd->na", M, Lk, r) + 0.3 / 1.4**2
+        q_direct = jnp.sum(r * r * Lk, -1)
+        np.testing.assert_allclose(P[k], P_direct, rtol=1e-10)
+        np.testing.assert_allclose(b[k], b_direct, rtol=1e-9)
+        np.testing.assert_allclose(q[k], q_direct, rtol=1e-9)
+
+
 @pytest.mark.parametrize("update", [tg.Psi_update(), tg.label_update(), tg.pi_update()],
                          ids=lambda u: u.sites[0])
 def test_parameter_conditionals_match_joint_density(update):
