@@ -65,3 +65,28 @@ def test_one_component_reaches_the_maximum_likelihood():
     best = minimize(lambda v: tuple(np.asarray(a, dtype=float) for a in f(jnp.asarray(v))), v0,
                     jac=True, method="L-BFGS-B")
     assert float(f(jnp.asarray(v0))[0]) - best.fun < 1e-2
+
+
+def test_em_stops_once_the_gain_per_row_falls_below_tol():
+    # the trace holds one entry per iteration plus the final log-likelihood: a loose tolerance
+    # must stop long before the iteration cap, a zero one must not stop at all
+    X = _data()
+    loose = fit_mfa_em(X, J=3, K=1, num_iterations=200, restarts=1, tol=1e-2)
+    assert 2 < len(loose.log_likelihood) < 100
+    gains = np.diff(loose.log_likelihood[:-1])
+    assert gains[-1] < 1e-2 * X.shape[0] <= gains[:-1].min()
+    capped = fit_mfa_em(X, J=3, K=1, num_iterations=7, restarts=1, tol=0.0)
+    assert len(capped.log_likelihood) == 8
+
+
+def test_the_smallest_data_is_two_rows_and_one_row_is_refused():
+    X = _data()
+    fit = fit_mfa_em(X[:2], J=1, K=1, num_iterations=5, restarts=1)
+    assert np.isfinite(fit.log_likelihood[-1])
+    for bad, kw in ((X[:1], dict(J=1, K=1)), (X, dict(J=0, K=1)), (X, dict(J=1, K=0)), (X[0], dict(J=1, K=1))):
+        try:
+            fit_mfa_em(bad, **kw)
+        except ValueError as e:
+            assert "MFA EM needs" in str(e)
+        else:
+            raise AssertionError(f"accepted {bad.shape} {kw}")
