@@ -185,6 +185,16 @@ FOCUS = {
 # they are left out of the score's denominator. Key: (module, function, original line, mutated
 # line), both lines stripped, so a verdict survives unrelated edits that move the line.
 EQUIVALENT = {
+    ("inference/ta/moves.py", "_step",
+     "accept = jnp.log(jax.random.uniform(k_acc, ll.shape, ll.dtype)) < ll_prop - ll",
+     "accept = (jnp.log(jax.random.uniform(k_acc, ll.shape, ll.dtype)) <= ll_prop - ll)"):
+        "u is a continuous uniform draw: log u == ll_prop - ll has probability 0",
+    ("inference/mfa/em.py", "_component_terms",
+     "r = X[None] - mu[:, None, :]  # (J, N, D)",
+     "r = (-(X[None] - mu[:, None, :]))  # (J, N, D)"):
+        "r enters the log-likelihood only through r * r and v * v; it flips the sign of the factor "
+        "means, so the M-step returns -W with mu and Psi unchanged (S and XtZ transform by "
+        "diag(-1, ..., -1, 1)): the model's W -> -W symmetry, the same likelihood at every iteration",
     ("inference/fa/gibbs.py", "scale_step",
      "accept = jnp.log(jax.random.uniform(k_acc, (K,))) < log_alpha",
      "accept = (jnp.log(jax.random.uniform(k_acc, (K,))) <= log_alpha)"):
