@@ -76,6 +76,7 @@ def _window(v, x):
     return t_lo, t_hi
 
 
+@jax.jit  # one compiled program also when called eagerly (a Distribution's methods often are)
 def log_bessel_kve(v, x):
     r""":math:`\log(e^x K_v(x))`, the log of ``scipy.special.kve``, elementwise.
 

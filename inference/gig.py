@@ -17,6 +17,7 @@ their ``log_prob``). Everything is float64, jit-able and vmap-able, with no hidd
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import NamedTuple
 
 import jax
@@ -123,6 +124,7 @@ def devroye_round(key, env: DevroyeEnvelope):
     return y, jnp.log(w) + log_chi <= _psi(y, env.alpha, env.lam)
 
 
+@partial(jax.jit, static_argnames="return_rounds")
 def standard_gig_log_sample(key, p, omega, *, return_rounds=False):
     r"""log of X ~ GIG(p, ω), density :math:`\propto x^{p-1} e^{-\omega(x + 1/x)/2}`, ω > 0.
 
