@@ -22,6 +22,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from jax.scipy.special import digamma, gammaln
 from numpyro.distributions import Distribution, constraints
@@ -166,9 +167,10 @@ def _check_gig(a, b, p):
     """The ValueError for unsupported concrete (a, b, p); traced values are not checked."""
     if not all(not_jax_tracer(z) for z in (a, b, p)):
         return
-    a, b, p = (jnp.asarray(z) for z in (a, b, p))
-    bad = ~((a > 0) & (b > 0) | (a > 0) & (b == 0) & (p > 0) | (a == 0) & (b > 0) & (p < 0))
-    if bool(jnp.any(bad | jnp.isnan(a) | jnp.isnan(b) | jnp.isnan(p))):
+    # numpy, not jnp: inside a jit trace even concrete inputs would give traced comparisons.
+    a, b, p = (np.asarray(z) for z in (a, b, p))
+    good = (a > 0) & (b > 0) | (a > 0) & (b == 0) & (p > 0) | (a == 0) & (b > 0) & (p < 0)
+    if not np.all(good & ~np.isnan(p)):
         raise ValueError(
             "GeneralizedInverseGaussian(a, b, p) needs a > 0 and b > 0, or b = 0 with p > 0 "
             "(Gamma limit), or a = 0 with p < 0 (inverse-Gamma limit).")

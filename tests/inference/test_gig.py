@@ -201,6 +201,11 @@ def test_sampler_jit_vmap_and_determinism():
     draws = jax.jit(jax.vmap(lambda k: d.sample(k, (4,))))(keys)
     assert draws.shape == (3, 4) and np.all(np.asarray(draws) > 0)
     np.testing.assert_allclose(draws[1], d.sample(keys[1], (4,)), rtol=1e-14)
+    # Built inside a trace from concrete arrays (the parameter check must not branch on a
+    # tracer) and from traced parameters (the check is skipped).
+    inside = jax.jit(lambda k: GeneralizedInverseGaussian(jnp.array([2.0, 1.0]), 0.5, 0.0).sample(k))(keys[0])
+    assert inside.shape == (2,)
+    np.testing.assert_allclose(jax.jit(lambda a: GeneralizedInverseGaussian(a, 0.5, 0.0).mean)(2.0), d.mean, rtol=1e-14)
 
 
 def test_unsupported_parameters_raise_one_clear_error():
