@@ -352,12 +352,15 @@ def polson_scott_lambda(key, margin):
     The supplement's conditional is :math:`\lambda_n^{-1} \mid \cdot \sim \mathrm{IG}(|m|^{-1}, 1)`,
     whose mean diverges as m → 0. Its reciprocal is :math:`\lambda \sim \mathrm{GIG}(a = 1,
     b = m^2, p = 1/2)`, which at m = 0 is its Gamma limit Ga(1/2, rate 1/2) = χ²₁. So instead of a
-    floor on |m|, λ is drawn as the reciprocal of the Michael–Schucany–Haas draw of
-    IG(1/|m|, 1) rewritten in terms of |m| (μ = 1/|m|, r = y/(2|m|)):
+    floor on :math:`|m|`, λ is drawn as the reciprocal of the Michael–Schucany–Haas draw of
+    :math:`\mathrm{IG}(1/|m|, 1)` rewritten in terms of :math:`|m|`
+    (:math:`\mu = 1/|m|`, :math:`r = y/(2|m|)`, :math:`y = n^2`, n ~ N(0, 1)):
     :math:`L = |m|D = |m| + y/2 + \sqrt{y^2/4 + |m|y}` with probability :math:`L/(L + |m|)`, else
     :math:`m^2/L`. This is exact for every m and continuous at m = 0, where it is L = y = n².
     The one clamp is λ >= the smallest normal float64 (2.2e-308), so that 1/λ is finite; a χ²₁
-    draw falls below it with probability about 1e-154.
+    draw falls below it with probability about 1e-154. The density of these draws, for a Gibbs
+    conditional that ``check_conditional`` reads, is ``GeneralizedInverseGaussian(1.0, margin**2,
+    0.5)`` (its Gamma limit at a zero margin).
     """
     m = jnp.abs(jnp.asarray(margin, jnp.float64))
     k_n, k_u = jax.random.split(key)
