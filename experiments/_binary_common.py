@@ -1,10 +1,11 @@
-"""Shared helpers for the CVQ / NOCA experiments and benchmark: atomic output, matching, data."""
+"""Shared helpers for the experiments and benchmarks: atomic output, argument checks, matching, data."""
 
 from __future__ import annotations
 
 import csv
 import io
 import json
+import sys
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
@@ -26,6 +27,19 @@ def write_csv(path: str, rows: list[dict]) -> None:
     w.writeheader()
     w.writerows(rows)
     write_text(path, buf.getvalue())
+
+
+def usage_error(script: str, message: str):
+    """One sentence on stderr, prefixed by the script's name, and exit status 2 (no traceback)."""
+    print(f"{script}: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def check_at_least(script: str, **values) -> None:
+    """``name=(value, least)`` pairs: exit with one sentence for the first value below its least."""
+    for name, (value, least) in values.items():
+        if value < least:
+            usage_error(script, f"--{name.replace('_', '-')} must be at least {least}, got {value}.")
 
 
 def save_figure(fig, path: str) -> None:

@@ -36,7 +36,7 @@ import latentzoo  # noqa: E402,F401
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-from _binary_common import save_figure, write_csv, write_json  # noqa: E402
+from _binary_common import check_at_least, save_figure, write_csv, write_json  # noqa: E402
 from latentzoo.inference.ais import ais  # noqa: E402
 from latentzoo.inference.mfa.em import fit_mfa_em, mfa_log_likelihood  # noqa: E402
 from latentzoo.inference.ta import mta_updates  # noqa: E402
@@ -77,17 +77,20 @@ def mta_heldout(Xte, params, C, args):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="few patches, iterations and temperatures (CI)")
-    ap.add_argument("--out", default="experiments/results")
+    ap.add_argument("--out", default=None, help="output folder (default experiments/results; "
+                    "with --quick runs/mta_image_patches_quick)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--C", type=int, default=None)
-    ap.add_argument("--iterations", type=int, default=None)
-    ap.add_argument("--temps", type=int, default=None)
+    ap.add_argument("--C", type=int, default=None, help="components (default 8; quick 2)")
+    ap.add_argument("--iterations", type=int, default=None, help="MCEM iterations (default 200; quick 5)")
+    ap.add_argument("--temps", type=int, default=None, help="AIS intermediate distributions (default 500; quick 20)")
     args = ap.parse_args(argv)
     q = args.quick
-    C = args.C or (2 if q else 8)
-    args.iterations = args.iterations or (5 if q else 60)
-    args.temps = args.temps or (20 if q else 500)
+    args.out = args.out or ("runs/mta_image_patches_quick" if q else "experiments/results")
+    C = args.C if args.C is not None else (2 if q else 8)
+    args.iterations = args.iterations if args.iterations is not None else (5 if q else 200)
+    args.temps = args.temps if args.temps is not None else (20 if q else 500)
+    check_at_least("mta_image_patches", C=(C, 1), iterations=(args.iterations, 1), temps=(args.temps, 2))
     n_train, n_test = (400, 60) if q else (6000, 500)
     os.makedirs(args.out, exist_ok=True)
     Xtr, Xte = patches(n_train, n_test, args.seed)

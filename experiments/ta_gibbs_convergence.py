@@ -29,7 +29,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from numpyro.diagnostics import split_gelman_rubin  # noqa: E402
 
-from _binary_common import save_figure, write_csv, write_json  # noqa: E402
+from _binary_common import check_at_least, save_figure, write_csv, write_json  # noqa: E402
 from latentzoo import arviz_adapter as azx  # noqa: E402
 from latentzoo import arviz_plots  # noqa: E402
 from latentzoo.inference.gibbs import SweepState, sweep  # noqa: E402
@@ -102,13 +102,16 @@ def experiment(name, D, d, N, noise, args, out, collapsed):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer rows and a shorter window (CI)")
-    ap.add_argument("--out", default="experiments/results")
+    ap.add_argument("--out", default=None, help="output folder (default experiments/results; "
+                    "with --quick runs/ta_gibbs_convergence_quick)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--chains", type=int, default=4)
-    ap.add_argument("--window", type=int, default=None)
+    ap.add_argument("--chains", type=int, default=4, help="chains for R-hat (at least 2)")
+    ap.add_argument("--window", type=int, default=None, help="sweeps R-hat is computed over (default 400; quick 100)")
     args = ap.parse_args(argv)
-    args.window = args.window or (100 if args.quick else 400)
+    args.out = args.out or ("runs/ta_gibbs_convergence_quick" if args.quick else "experiments/results")
+    args.window = args.window if args.window is not None else (100 if args.quick else 400)
+    check_at_least("ta_gibbs_convergence", chains=(args.chains, 2), window=(args.window, 4))
     os.makedirs(args.out, exist_ok=True)
     N = 50 if args.quick else 500
     rows, timing = [], {}

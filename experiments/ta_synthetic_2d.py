@@ -28,7 +28,7 @@ import numpy as np  # noqa: E402
 import latentzoo  # noqa: E402,F401
 import jax.numpy as jnp  # noqa: E402
 
-from _binary_common import save_figure, write_csv, write_json  # noqa: E402
+from _binary_common import check_at_least, save_figure, write_csv, write_json  # noqa: E402
 from latentzoo.inference.mfa.em import fit_mfa_em, mfa_log_likelihood  # noqa: E402
 from latentzoo.inference.ta.mcem import fit_ta_mcem, log_likelihood_estimate  # noqa: E402
 from latentzoo.models.tensor_analyzer import random_ta_parameters, sample_ta  # noqa: E402
@@ -91,14 +91,18 @@ def contours(ax, X, loglik_fn, title):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small data and few iterations (CI)")
-    ap.add_argument("--out", default="experiments/results")
+    ap.add_argument("--out", default=None, help="output folder (default experiments/results; "
+                    "with --quick runs/ta_synthetic_2d_quick)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--restarts", type=int, default=None)
-    ap.add_argument("--iterations", type=int, default=None)
+    ap.add_argument("--restarts", type=int, default=None, help="MCEM restarts per fit (default 3; quick 1)")
+    ap.add_argument("--iterations", type=int, default=None, help="MCEM iterations (default 150; quick 10)")
     args = ap.parse_args(argv)
-    args.restarts = args.restarts or (1 if args.quick else 3)
-    args.iterations = args.iterations or (10 if args.quick else 150)
+    q = args.quick
+    args.out = args.out or ("runs/ta_synthetic_2d_quick" if q else "experiments/results")
+    args.restarts = args.restarts if args.restarts is not None else (1 if q else 3)
+    args.iterations = args.iterations if args.iterations is not None else (10 if q else 150)
+    check_at_least("ta_synthetic_2d", restarts=(args.restarts, 1), iterations=(args.iterations, 1))
     n_train, n_test = (200, 200) if args.quick else (1000, 1000)
     os.makedirs(args.out, exist_ok=True)
     import matplotlib
