@@ -214,7 +214,31 @@ def _load(args, family, cfg):
             raise
         # well-formed data on a scale float64 cannot square: standardised, it can be fitted
         return kind.validate(kind.standardize(data), K=cfg.K, name=name)
-    return kind.standardize(data) if args.standardize else data
+    if args.standardize:
+        return kind.standardize(data)
+    if kind.standardize is not None:
+        note = scale_note(data[0] if isinstance(data, tuple) else data)
+        if note:
+            print(f"note: {note}", file=sys.stderr)
+    return data
+
+
+def scale_note(X, spread: float = 1e3) -> str | None:
+    """A sentence when the non-constant columns' standard deviations span more than ``spread``
+    or lie far from 1: every model's default priors (loadings N(0, 1), noise scales near 1)
+    assume unit-scale data, so on such data the priors, not the data, set the small columns'
+    noise (a column with s.d. 0.01 gets a noise variance near the prior's ~1 / N)."""
+    import numpy as np
+
+    sd = np.std(np.asarray(X, dtype=float), axis=0)
+    sd = sd[sd > 0]
+    if sd.size == 0:
+        return None
+    lo, hi = float(sd.min()), float(sd.max())
+    if hi / lo <= spread and 1.0 / spread ** 0.5 <= lo and hi <= spread ** 0.5:
+        return None
+    return (f"column standard deviations range from {lo:.3g} to {hi:.3g}, and the default priors "
+            "assume unit-scale data; --standardize centres and scales every column first.")
 
 
 def _check_finite(idata, source: str | None = None) -> None:
