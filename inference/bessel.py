@@ -101,7 +101,8 @@ def log_bessel_kv(v, x):
     r""":math:`\log K_v(x)`, elementwise: :func:`log_bessel_kve` minus x (same shapes and domain).
 
     Error at most ~1e-13 of :math:`\max(1, |\log K_v(x)|)` for v in [0, 1000], x in [1e-6, 1e6]
-    (measured against ``scipy.special.kve`` and the Debye expansion: ``docs/gig.md``).
+    (measured against ``scipy.special.kve`` and the Debye expansion: ``docs/gig.md``); the same down
+    to x = 1e-15, then degrading for small v (3e-9 at x = 1e-30, 2e-4 at x = 1e-300).
     """
     x = jnp.asarray(x, jnp.float64)
     return log_bessel_kve(v, x) - jnp.where(x > 0, x, 0.0)

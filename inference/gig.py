@@ -72,33 +72,40 @@ class DevroyeEnvelope(NamedTuple):
 
 
 def _psi(y, alpha, lam):
-    # lam = 0 needs its own branch: 0 * (expm1(y) - y) is NaN once expm1 overflows.
+    # A zero coefficient needs its own branch: 0 * inf is NaN once sinh or expm1 overflows.
+    cosh_part = jnp.where(alpha > 0, alpha * 2.0 * jnp.sinh(0.5 * y) ** 2, 0.0)
     gamma_part = jnp.where(lam > 0, lam * (jnp.expm1(y) - y), 0.0)
-    return -alpha * 2.0 * jnp.sinh(0.5 * y) ** 2 - gamma_part
+    return -cosh_part - gamma_part
 
 
 def _dpsi(y, alpha, lam):
-    return -alpha * jnp.sinh(y) - lam * jnp.expm1(y)
+    return -jnp.where(alpha > 0, alpha * jnp.sinh(y), 0.0) - jnp.where(lam > 0, lam * jnp.expm1(y), 0.0)
 
 
 def devroye_envelope(lam, omega) -> DevroyeEnvelope:
     """Devroye's envelope for GIG(λ, ω), λ >= 0, ω > 0 (arrays of one shape).
 
     The tangent points t and s are Devroye's choices, which bound the expected number of tries
-    uniformly in (λ, ω); any t, s > 0 would give an exact sampler, only a slower one.
+    uniformly in (λ, ω); any t, s > 0 would give an exact sampler, only a slower one. They are
+    capped at 700 so that cosh stays finite (this binds only for ω below ~1e-300, where α is
+    subnormal).
     """
     lam = jnp.asarray(lam, jnp.float64)
     omega = jnp.asarray(omega, jnp.float64)
-    # sqrt(ω² + λ²) - λ without cancellation when λ >> ω.
-    alpha = omega**2 / (jnp.sqrt(omega**2 + lam**2) + lam)
+    # sqrt(ω² + λ²) - λ = ω · ω / (hypot(ω, λ) + λ): no cancellation when λ >> ω, and no
+    # underflow of ω² when λ = 0 (α = ω).
+    alpha = omega * (omega / (jnp.hypot(omega, lam) + lam))
     right = -_psi(1.0, alpha, lam)
     t = jnp.where((right >= 0.5) & (right <= 2.0), 1.0,
                   jnp.where(right > 2.0, jnp.sqrt(2.0 / (alpha + lam)), jnp.log(4.0 / (alpha + 2.0 * lam))))
     left = -_psi(-1.0, alpha, lam)
+    # Devroye's log(1 + 1/α + sqrt(1/α² + 2/α)), written as log(1 + α + sqrt(1 + 2α)) - log α so
+    # that 1/α² cannot overflow.
     s_small = jnp.minimum(jnp.where(lam > 0, 1.0 / jnp.where(lam > 0, lam, 1.0), jnp.inf),
-                          jnp.log1p(1.0 / alpha + jnp.sqrt(1.0 / alpha**2 + 2.0 / alpha)))
+                          jnp.log(1.0 + alpha + jnp.sqrt(1.0 + 2.0 * alpha)) - jnp.log(alpha))
     s = jnp.where((left >= 0.5) & (left <= 2.0), 1.0,
                   jnp.where(left > 2.0, jnp.sqrt(4.0 / (alpha * math.cosh(1.0) + lam)), s_small))
+    t, s = jnp.minimum(t, 700.0), jnp.minimum(s, 700.0)
     eta, zeta = -_psi(t, alpha, lam), -_dpsi(t, alpha, lam)
     theta, xi = -_psi(-s, alpha, lam), _dpsi(-s, alpha, lam)
     return DevroyeEnvelope(alpha, lam, t, s, eta, zeta, theta, xi, t - eta / zeta, s - theta / xi)
@@ -136,11 +143,19 @@ def standard_gig_log_sample(key, p, omega, *, return_rounds=False):
     GIG(p, ω). The scale is :math:`c = \lambda/\omega + \sqrt{1 + \lambda^2/\omega^2}
     = e^{\operatorname{asinh}(\lambda/\omega)}`, the mode of GIG(λ+1, ω).
     With ``return_rounds`` also returns the number of rounds the loop took.
+
+    Elements whose parameters have no GIG (ω <= 0, NaN or infinite p or ω), or whose envelope
+    is not finite, return NaN and are never looped on: the loop cannot spin on an element that
+    could never accept. Checked for ω from 1e-300 to 1e300 (``tests/inference/test_gig.py``).
     """
     p = jnp.asarray(p, jnp.float64)
     omega = jnp.asarray(omega, jnp.float64)
     lam = jnp.abs(p)
     env = devroye_envelope(lam, omega)
+    valid = (omega > 0) & jnp.isfinite(omega) & jnp.isfinite(p)
+    for field in env:
+        valid &= ~jnp.isnan(field)
+    valid &= jnp.isfinite(env.t_flat) & jnp.isfinite(env.s_flat) & (env.zeta > 0) & (env.xi > 0)
 
     def cond(state):
         return ~jnp.all(state[2])
@@ -151,9 +166,12 @@ def standard_gig_log_sample(key, p, omega, *, return_rounds=False):
         proposal, accepted = devroye_round(sub, env)
         return key, jnp.where(done, y, proposal), done | accepted, rounds + 1
 
-    init = (key, jnp.zeros_like(lam), jnp.zeros(lam.shape, bool), jnp.zeros((), jnp.int32))
+    init = (key, jnp.zeros_like(lam), ~valid, jnp.zeros((), jnp.int32))
     _, y, _, rounds = lax.while_loop(cond, body, init)
-    log_x = jnp.arcsinh(lam / omega) + y
+    # log c; the second form where λ/ω could overflow (it has no cancellation there).
+    log_c = jnp.where(lam <= omega, jnp.arcsinh(lam / omega),
+                      jnp.log(lam + jnp.hypot(lam, omega)) - jnp.log(omega))
+    log_x = jnp.where(valid, log_c + y, jnp.nan)
     log_x = jnp.where(p < 0, -log_x, log_x)
     return (log_x, rounds) if return_rounds else log_x
 

@@ -27,8 +27,8 @@ from latentzoo.inference.gig import (
 )
 
 N_DRAWS = 20000
-# Every KS test in this file: 10 GIG + 2 limits + 5 IG + 6 Polson-Scott.
-N_KS_TESTS = 23
+# Every KS test in this file: 10 GIG + 2 limits + 1 tiny omega + 5 IG + 6 Polson-Scott.
+N_KS_TESTS = 24
 KS_THRESHOLD = 0.01 / N_KS_TESTS
 
 
@@ -193,6 +193,24 @@ def test_sampler_returns_the_first_accepted_proposal_of_each_element():
     assert not np.any(np.isnan(first))
     expected = -(np.arcsinh(0.5 / 0.7) + first)  # p < 0: the reciprocal of GIG(1/2, 0.7)
     np.testing.assert_allclose(log_x, expected, rtol=0, atol=1e-12)
+
+
+def test_sampler_terminates_and_stays_finite_at_extreme_parameters():
+    # omega from 1e-300 to 1e300 and p from 0 to 1e10: the envelope stays finite (an overflowing
+    # cosh or a subnormal alpha used to give NaN, and a NaN envelope never accepts, so the
+    # uncapped loop would spin for ever). Invalid parameters give NaN in zero rounds.
+    p, omega = (z.ravel() for z in jnp.meshgrid(jnp.array([0.0, 1e-10, 0.5, -3.0, 1e10]),
+                                                 jnp.array([1e-300, 1e-150, 1e-20, 1e20, 1e150, 1e300])))
+    log_x, rounds = standard_gig_log_sample(jax.random.PRNGKey(8), jnp.repeat(p, 200), jnp.repeat(omega, 200),
+                                            return_rounds=True)
+    assert np.all(np.isfinite(np.asarray(log_x))) and int(rounds) < 20
+    bad, rounds = standard_gig_log_sample(jax.random.PRNGKey(8), jnp.array([jnp.nan, 0.0, 0.0, 1.0, jnp.inf, 0.5]),
+                                          jnp.array([1.0, 0.0, -1.0, jnp.nan, 1.0, jnp.inf]), return_rounds=True)
+    assert np.all(np.isnan(np.asarray(bad))) and int(rounds) == 0
+    # At omega = 1e-150, GIG(1/2, omega) is (2/omega) Gamma(1/2) to a relative 1e-150.
+    x = np.exp(np.asarray(standard_gig_log_sample(jax.random.PRNGKey(9), jnp.full(N_DRAWS, 0.5),
+                                                  jnp.full(N_DRAWS, 1e-150))))
+    assert st.kstest(x * 1e-150 / 2, st.gamma(0.5).cdf).pvalue > KS_THRESHOLD
 
 
 def test_sampler_jit_vmap_and_determinism():
