@@ -46,9 +46,7 @@ _LOG2 = math.log(2.0)
 _TINY = float(jnp.finfo(jnp.float64).tiny)
 
 
-# --------------------------------------------------------------------------------------------
-# GIG sampling: Devroye (2014)
-# --------------------------------------------------------------------------------------------
+# GIG sampling: Devroye (2014) ---------------------------------------------------------------------
 
 
 class DevroyeEnvelope(NamedTuple):
@@ -176,9 +174,12 @@ def standard_gig_log_sample(key, p, omega, *, return_rounds=False):
     return (log_x, rounds) if return_rounds else log_x
 
 
-# --------------------------------------------------------------------------------------------
-# The distributions
-# --------------------------------------------------------------------------------------------
+# The distributions --------------------------------------------------------------------------------
+
+
+def _inf_like(safe):
+    """+inf, or NaN where the safe parameter is NaN (parameters outside the supported set)."""
+    return jnp.where(jnp.isnan(safe), jnp.nan, jnp.inf)
 
 
 def _check_gig(a, b, p):
@@ -230,13 +231,16 @@ class GeneralizedInverseGaussian(Distribution):
         super().__init__(batch_shape=batch_shape, validate_args=validate_args)
 
     # The three regimes, elementwise; each formula below is evaluated at safe parameters and the
-    # regime's value selected, so no branch produces a NaN that a gradient would see.
+    # regime's value selected, so no branch produces a NaN that a gradient would see. Traced
+    # parameters outside the supported set (not checked in __init__) get NaN safe parameters,
+    # so every method returns NaN there (and the sampler does not loop on them).
     def _regimes(self):
         a, b, p = (jnp.broadcast_to(z, self.batch_shape) for z in (self.a, self.b, self.p))
         gamma_limit = b == 0
         inv_gamma_limit = a == 0
-        a_s = jnp.where(inv_gamma_limit, 1.0, a)
-        b_s = jnp.where(gamma_limit, 1.0, b)
+        ok = (a > 0) & (b > 0) | (a > 0) & gamma_limit & (p > 0) | inv_gamma_limit & (b > 0) & (p < 0)
+        a_s = jnp.where(ok, jnp.where(inv_gamma_limit, 1.0, a), jnp.nan)
+        b_s = jnp.where(ok, jnp.where(gamma_limit, 1.0, b), jnp.nan)
         return a, b, p, a_s, b_s, gamma_limit, inv_gamma_limit
 
     def sample(self, key, sample_shape=()):
@@ -275,7 +279,7 @@ class GeneralizedInverseGaussian(Distribution):
     def mean(self):
         a, b, p, a_s, b_s, g_lim, ig_lim = self._regimes()
         return jnp.where(g_lim, 2.0 * p / a_s,
-                         jnp.where(ig_lim, jnp.where(p < -1, b_s / (2.0 * (-p - 1.0)), jnp.inf),
+                         jnp.where(ig_lim, jnp.where(p < -1, b_s / (2.0 * (-p - 1.0)), _inf_like(b_s)),
                                    self._moment(1.0)))
 
     @property
@@ -283,14 +287,14 @@ class GeneralizedInverseGaussian(Distribution):
         a, b, p, a_s, b_s, g_lim, ig_lim = self._regimes()
         gig = self._moment(2.0) - self._moment(1.0) ** 2
         k = -p  # inverse-Gamma shape
-        inv_gamma = jnp.where(k > 2, (b_s / 2.0) ** 2 / ((k - 1.0) ** 2 * (k - 2.0)), jnp.inf)
+        inv_gamma = jnp.where(k > 2, (b_s / 2.0) ** 2 / ((k - 1.0) ** 2 * (k - 2.0)), _inf_like(b_s))
         return jnp.where(g_lim, 4.0 * p / a_s**2, jnp.where(ig_lim, inv_gamma, gig))
 
     def mean_reciprocal(self):
         r""":math:`E[1/X]`: :math:`\sqrt{a/b}\,K_{p-1}(\sqrt{ab})/K_p(\sqrt{ab})` (see the class
         docstring; ``inf`` for a Gamma limit with p <= 1)."""
         a, b, p, a_s, b_s, g_lim, ig_lim = self._regimes()
-        return jnp.where(g_lim, jnp.where(p > 1, a_s / (2.0 * (p - 1.0)), jnp.inf),
+        return jnp.where(g_lim, jnp.where(p > 1, a_s / (2.0 * (p - 1.0)), _inf_like(a_s)),
                          jnp.where(ig_lim, -2.0 * p / b_s, self._moment(-1.0)))
 
     def mean_log(self):
@@ -357,9 +361,7 @@ class InverseGaussian(Distribution):
         return jnp.broadcast_to(1.0 / self.loc + 1.0 / self.concentration, self.batch_shape)
 
 
-# --------------------------------------------------------------------------------------------
-# Polson & Scott (2011): the SVM augmentation variable
-# --------------------------------------------------------------------------------------------
+# Polson & Scott (2011): the SVM augmentation variable ---------------------------------------------
 
 
 def polson_scott_lambda(key, margin):

@@ -227,9 +227,20 @@ def test_sampler_jit_vmap_and_determinism():
 
 
 def test_unsupported_parameters_raise_one_clear_error():
-    for a, b, p in [(1.0, 0.0, -0.5), (1.0, 0.0, 0.0), (0.0, 1.0, 0.5), (0.0, 0.0, 1.0), (-1.0, 1.0, 1.0)]:
+    bad = [(1.0, 0.0, -0.5), (1.0, 0.0, 0.0), (0.0, 1.0, 0.5), (0.0, 0.0, 1.0), (-1.0, 1.0, 1.0)]
+    for a, b, p in bad:
         with pytest.raises(ValueError, match="needs a > 0 and b > 0"):
             GeneralizedInverseGaussian(a, b, p)
+    # Traced, they cannot raise: every method gives NaN, and sampling terminates.
+    a, b, p = (jnp.array(z) for z in zip(*bad))
+
+    def methods(a, b, p):
+        d = GeneralizedInverseGaussian(a, b, p)
+        return (d.sample(jax.random.PRNGKey(0)), d.log_prob(1.0), d.mean, d.variance, d.mean_reciprocal(),
+                d.mean_log())
+
+    for out in jax.jit(methods)(a, b, p):
+        assert np.all(np.isnan(np.asarray(out)))
 
 
 # ------------------------------------------------------------------------------------------
