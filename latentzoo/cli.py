@@ -23,7 +23,7 @@ import threading
 import time
 import warnings
 
-__all__ = ["main", "SentenceArgumentParser", "fail", "QUICK", "FULL"]
+__all__ = ["main", "SentenceArgumentParser", "fail", "load_data", "scale_note", "QUICK", "FULL"]
 
 QUICK = dict(chains=4, samples=1000, warmup=300)
 FULL = dict(chains=4, samples=4000, warmup=1000)
@@ -199,7 +199,9 @@ def _check_out(out: str) -> None:
         raise ValueError(f"--out {out} is not writable.")
 
 
-def _load(args, family, cfg):
+def load_data(args, family, cfg):
+    """The run's data from ``args.data`` (or the family's embedded data), validated and, with
+    ``args.standardize``, standardised; a note on stderr for data far from unit scale."""
     from latentzoo.inference.validation import ScaleError
 
     kind = family.data_kind
@@ -388,7 +390,7 @@ def _cmd_run(args) -> int:
             raise ValueError(f"Data file {args.data} does not exist.")
         data = None
     else:
-        data = _load(args, family, cfg)
+        data = load_data(args, family, cfg)
     ck = None if method.streaming else os.path.join(out, CHECKPOINT)
     created = not os.path.isdir(out)
     if ck is not None:

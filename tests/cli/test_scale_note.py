@@ -40,6 +40,6 @@ def test_loading_prints_the_note_once_and_not_with_standardize(tmp_path, capsys)
     cfg = argparse.Namespace(K=2)
     for standardize, expect in ((False, 1), (True, 0)):
         args = argparse.Namespace(data=str(path), seed=0, standardize=standardize)
-        cli._load(args, family, cfg)
+        cli.load_data(args, family, cfg)
         err = capsys.readouterr().err
         assert err.count("note: column standard deviations") == expect, err
