@@ -11,6 +11,7 @@ from .gibbs import (  # noqa: F401
 )
 from .table import mta_updates, ta_updates  # noqa: F401
 from .moves import collapsed_group_move  # noqa: F401
+from .shift import shift_move  # noqa: F401
 from .start import init_from_data  # noqa: F401
 from .mcem import (  # noqa: F401
     PSI_FLOOR,

@@ -130,6 +130,15 @@ def _check_priors():
     return {"mu": dist.Normal(0.0, 1.0), "Psi": dist.InverseGamma(5.0, 2.0)}
 
 
+def _orbit_priors():
+    import numpyro.distributions as dist
+
+    # every prior mean non-zero and every scale far from 1: the shift move's precision and
+    # linear terms read all of them, and N(0, 1) would hide a dropped mean or a missing square
+    return {"z": dist.Normal(0.3, 1.4), "W": dist.Normal(-0.4, 0.8), "T": dist.Normal(0.2, 1.3),
+            "mu": dist.Normal(0.7, 1.5), "Psi": dist.InverseGamma(5.0, 2.0)}
+
+
 def _ta_table():
     from latentzoo.inference.ta import ta_updates
 
@@ -158,6 +167,8 @@ TA_CHECKS = FamilyChecks(
     # at 60 rows the groups and loadings trade off slowly: 50 sweeps leave ranks of mean_x and
     # sum W^2 non-uniform (p ~ 1e-3), 300 sweeps (thinning 12) give p > 0.08
     informative_warmup=300,
+    # one-dimensional groups: each shift move's orbit is one coordinate
+    orbit_model_kwargs=dict(N=3, D=3, d=(1, 1), priors=_orbit_priors()),
 )
 
 MTA_CHECKS = FamilyChecks(
@@ -176,6 +187,7 @@ MTA_CHECKS = FamilyChecks(
     informative_model_kwargs=dict(N=60, D=2, d=(1, 2), C=2, priors=_check_priors()),
     # labels move between components slowly at 60 rows: 300 sweeps (p > 0.02), not 50 (1e-7)
     informative_warmup=300,
+    orbit_model_kwargs=dict(N=3, D=3, d=(1, 1), C=1, priors=_orbit_priors()),
 )
 
 TA = register(
