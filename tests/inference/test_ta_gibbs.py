@@ -331,3 +331,34 @@ def test_move_keeps_the_exact_marginal_of_its_group_on_one_row():
     draws = np.sort(np.asarray(values["z_2"][:, 0]))
     ks = np.max(np.abs(np.interp(draws, grid, cdf) - np.arange(1, N + 1) / N))
     assert ks < 1.95 / np.sqrt(N), ks
+
+
+def test_collapsed_log_Z_is_the_gaussian_marginal_and_zero_at_beta_0():
+    """log Z_k(x_n) with z_1 integrated out is log N(x; o + M m, M S Mᵀ + Psi_k) exactly (its
+    absolute value, not only differences between components: the prior's log-determinant term
+    is the same for every component and cancels in the label block, so only this check sees it
+    dropped). At beta = 0 the tempered likelihood is flat: log Z = 0, finite, where the formula
+    alone would give inf - inf."""
+    from latentzoo.inference.tempering import Tempered
+    from latentzoo.models.tensor_analyzer import contract
+
+    rng = np.random.default_rng(4)
+    C, N, D, d = 2, 5, 4, (2, 3)
+    zs = [jnp.asarray(rng.normal(size=(N, k))) for k in d]
+    values = {"z_1": zs[0], "z_2": zs[1], "W": jnp.asarray(rng.normal(size=(C, D, sum(d)))),
+              "T": jnp.asarray(rng.normal(size=(C, D, *d))), "mu": jnp.asarray(rng.normal(size=(C, D))),
+              "Psi": jnp.asarray(rng.uniform(0.3, 2.0, size=(C, D))), "c": jnp.zeros(N, dtype=jnp.int32)}
+    X = jnp.asarray(rng.normal(size=(N, D)))
+    m, s = 0.3, 1.4
+    base = {"z_1": dist.Normal(m, s), "z_2": dist.Normal(m, s)}
+    log_Z, _, _ = tg.collapsed_log_Z(values, {"X": X}, {**base, "X": dist.Normal(0.0, 1.0)}, 0)
+    for k in range(C):
+        M = contract(values["T"][k], zs, skip=0) + values["W"][k][:, :2]  # (N, D, d_1)
+        o = zs[1] @ values["W"][k][:, 2:].T + values["mu"][k]
+        for n in range(N):
+            cov = s**2 * M[n] @ M[n].T + jnp.diag(values["Psi"][k])
+            ref = dist.MultivariateNormal(o[n] + M[n] @ jnp.full(2, m), cov).log_prob(X[n])
+            np.testing.assert_allclose(log_Z[k, n], ref, rtol=1e-10)
+    flat = {**base, "X": Tempered(dist.Normal(0.0, 1.0), 0.0)}
+    log_Z0, _, _ = tg.collapsed_log_Z(values, {"X": X}, flat, 0)
+    np.testing.assert_array_equal(log_Z0, 0.0)
