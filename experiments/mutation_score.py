@@ -58,6 +58,8 @@ TESTS = {
     ],
     "inference/ta/gibbs.py": ["tests/inference/test_ta_gibbs.py", "tests/inference/test_ta_ais.py"],
     "inference/ta/moves.py": ["tests/inference/test_ta_gibbs.py", "tests/inference/test_ta_ais.py"],
+    # the shift moves are checked by the registry-wide orbit and invariance checks
+    "inference/ta/shift.py": ["tests/inference/test_update_checks.py", "tests/inference/test_ta_gibbs.py"],
     "inference/ta/mcem.py": ["tests/inference/test_ta_mcem.py"],
     "inference/mfa/em.py": ["tests/inference/test_mfa_em.py"],
     "inference/mcem.py": ["tests/inference/test_mcem.py"],
@@ -173,6 +175,7 @@ FOCUS = {
                               "_label_conditional", "_features", "_loadings_prior", "loadings_natural",
                               "_split_loadings", "_Psi_conditional", "_pi_conditional", "_group_basis"],
     "inference/ta/moves.py": None,
+    "inference/ta/shift.py": None,
     "inference/mfa/em.py": ["_component_terms", "mfa_log_likelihood", "mfa_em_step"],
     # the MAP pseudo-counts and the exact E-step's statistics; the rest is plumbing
     "inference/noca/blocks.py": ["noca_log_prior", "read_noca_priors", "_hyper", "exact_statistics",
