@@ -64,6 +64,7 @@ TESTS = {
     "inference/mfa/em.py": ["tests/inference/test_mfa_em.py"],
     "inference/mcem.py": ["tests/inference/test_mcem.py"],
     "inference/ais.py": ["tests/inference/test_ais.py", "tests/inference/test_ta_ais.py"],
+    "inference/ais_weights.py": ["tests/inference/test_ais.py", "tests/inference/test_ta_ais.py"],
     "inference/conjugate.py": [
         "tests/inference/test_mutation_gaps_core.py",
         "tests/inference/test_update_checks.py",
