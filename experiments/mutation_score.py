@@ -189,6 +189,16 @@ FOCUS = {
 # they are left out of the score's denominator. Key: (module, function, original line, mutated
 # line), both lines stripped, so a verdict survives unrelated edits that move the line.
 EQUIVALENT = {
+    ("inference/ais.py", "beta_schedule",
+     "s = 1.0 / (1.0 + np.exp(-np.linspace(-SIGMOID_WIDTH, SIGMOID_WIDTH, num_temps)))",
+     "s = (-(1.0 / (1.0 + np.exp(-np.linspace(-SIGMOID_WIDTH, SIGMOID_WIDTH, num_temps)))))"):
+        "the next line rescales s affinely to [0, 1], (s - s[0]) / (s[-1] - s[0]), which is "
+        "unchanged when s is negated",
+    ("inference/ais.py", "beta_schedule",
+     "s = 1.0 / (1.0 + np.exp(-np.linspace(-SIGMOID_WIDTH, SIGMOID_WIDTH, num_temps)))",
+     "s = 1.0 / (1.0 + np.exp((np.linspace(-SIGMOID_WIDTH, SIGMOID_WIDTH, num_temps))))"):
+        "the grid is symmetric, so sigma(-g_i) = 1 - sigma(g_i), an affine map of s that the "
+        "rescaling to [0, 1] removes",
     ("inference/ta/moves.py", "_step",
      "accept = jnp.log(jax.random.uniform(k_acc, ll.shape, ll.dtype)) < ll_prop - ll",
      "accept = (jnp.log(jax.random.uniform(k_acc, ll.shape, ll.dtype)) <= ll_prop - ll)"):
