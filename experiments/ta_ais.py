@@ -35,7 +35,7 @@ import latentzoo  # noqa: E402,F401  (float64)
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-from _binary_common import save_figure, write_csv, write_json  # noqa: E402
+from _binary_common import save_figure, usage_error, write_csv, write_json  # noqa: E402
 from latentzoo.inference.ais import (  # noqa: E402
     ais,
     log_mean_exp_with_stderr,
@@ -52,8 +52,7 @@ LATENTS = ("z_1", "z_2")
 
 
 def fail(message: str) -> None:
-    print(f"ta_ais: {message}", file=sys.stderr)
-    raise SystemExit(2)
+    usage_error("ta_ais", message)
 
 
 def parse(argv):

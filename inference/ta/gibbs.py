@@ -159,8 +159,9 @@ def group_natural(values, obs, priors, j: int):
     y_rest = jnp.concatenate(zs, axis=-1).at[:, lo:hi].set(0.0)
     lam = beta / Psi  # (C, D)
     G, w = _group_basis(values, j)
-    LG = G * lam[:, :, None, None]
     C, D, d, k = G.shape
+    LG = G * lam[:, :, None, None]
+    LG_flat = LG.reshape(C, D, d * k)
     K = jnp.einsum("cdak,cdbl->cabkl", LG, G).reshape(C, d * d, k * k)
     ww = (w[:, :, None] * w[:, None, :]).reshape(-1, k * k)
     P = jnp.matmul(ww, jnp.swapaxes(K, -1, -2)).reshape(C, -1, d, d) + diag_embed(p0)
@@ -169,8 +170,7 @@ def group_natural(values, obs, priors, j: int):
     a = jnp.concatenate([y_rest, jnp.ones((y_rest.shape[0], 1), y_rest.dtype)], axis=-1)
     A = jnp.concatenate([W, mu[:, :, None]], axis=-1)
     LA = A * lam[:, :, None]
-    Gr = (jnp.matmul(X, LG.reshape(C, D, d * k))
-          - jnp.matmul(a, jnp.einsum("cdp,cdq->cpq", A, LG.reshape(C, D, d * k))))
+    Gr = jnp.matmul(X, LG_flat) - jnp.matmul(a, jnp.einsum("cdp,cdq->cpq", A, LG_flat))
     b = jnp.einsum("cnak,nk->cna", Gr.reshape(C, -1, d, k), w) + m * p0
     # q = xᵀΛx - 2 xᵀΛo + oᵀΛo, exact in float64 at the scales of standardised data
     aa = (a[:, :, None] * a[:, None, :]).reshape(a.shape[0], -1)

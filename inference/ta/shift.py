@@ -113,7 +113,8 @@ def _orbit(j):
 
 def _coordinate(j):
     def coordinate(reference, values):
-        # mu_k - W_kj a_k: with one row in component 0 the group value itself moves by a
+        # every row of a component moves by that component's a: row 0's change is the shift
+        # of its component (the orbit checks use C = 1, so it is the whole orbit coordinate)
         name = f"z_{j + 1}"
         return jnp.reshape(values[name][0] - reference[name][0], (-1,))
 
