@@ -58,18 +58,23 @@ TestFunctions = Mapping[str, Callable[[dict], jax.Array]]
 def simulate(model, model_kwargs, rng_key, data_site: str = "X", values=None):
     """One draw from the prior predictive: ``(latent values, data)``.
 
-    With ``values`` given, only the data are drawn, from p(X | values).
+    With ``values`` given, only the data are drawn, from p(X | values). ``data_site`` is one
+    observed site (the data is its array) or a tuple of them (the data is a dict by name, which
+    the model takes as its first argument).
     """
     m = model if values is None else condition(model, data=values)
     tr = trace(seed(m, rng_key)).get_trace(None, **model_kwargs)
+    sites = (data_site,) if isinstance(data_site, str) else tuple(data_site)
     latent = {
         n: s["value"]
         for n, s in tr.items()
-        if s["type"] == "sample" and n != data_site and not s.get("is_observed", False)
+        if s["type"] == "sample" and n not in sites and not s.get("is_observed", False)
     }
     if values is not None:
         latent = dict(values)
-    return latent, tr[data_site]["value"]
+    if isinstance(data_site, str):
+        return latent, tr[data_site]["value"]
+    return latent, {n: tr[n]["value"] for n in sites}
 
 
 def _divisor(n: int, at_most: int) -> int:
@@ -142,9 +147,11 @@ def check_conditional(
 
 # ------------------------------------------------------------------------------ moves
 def log_likelihood(model, values, X, model_kwargs, data_site: str = "X") -> jax.Array:
-    """log p(X | values): the observed site's log density at these latent values."""
+    """log p(X | values): the observed sites' log density at these latent values."""
     priors, _, _ = read_model(model, values, (X,), model_kwargs)
-    return priors[data_site].log_prob(X).sum()
+    if isinstance(data_site, str):
+        return priors[data_site].log_prob(X).sum()
+    return sum(priors[n].log_prob(X[n]).sum() for n in data_site)
 
 
 def check_likelihood_invariance(

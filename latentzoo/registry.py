@@ -119,6 +119,9 @@ class FamilyChecks(NamedTuple):
             when the data say little).
         informative_warmup: sweeps of warm-up for that SBC run (thinning grows with it); raise
             it for a sampler that needs more than 50 sweeps to forget its start there.
+        data_sites: the observed sites the Geweke and SBC runs redraw, passed to the model as
+            its first argument: ``"X"`` (the array), or a tuple of names (a dict of them, for a
+            model with several observed sites, e.g. augmented hinge margins).
     """
 
     model_kwargs: dict
@@ -130,6 +133,7 @@ class FamilyChecks(NamedTuple):
     orbit_model_kwargs: dict | None = None
     informative_model_kwargs: dict | None = None
     informative_warmup: int = 50
+    data_sites: str | tuple[str, ...] = "X"
 
 
 class Family(NamedTuple):
