@@ -1,0 +1,27 @@
+"""Max-margin rank-likelihood discriminative factor model (Yuan, Henao et al. 2015): Gibbs tables
+for the four variants (:mod:`.gibbs`, :mod:`.shrinkage`, :mod:`.dp`) and the Gibbs fit."""
+
+from latentzoo.inference.rank_svm.dp import dp_updates, t_lam_update
+from latentzoo.inference.rank_svm.fit import fit_gibbs, initial_values, rank_svm_updates
+from latentzoo.inference.rank_svm.gibbs import (
+    A_update,
+    beta_update,
+    lam_update,
+    tau_update,
+    z_update,
+)
+from latentzoo.inference.rank_svm.shrinkage import tpb_updates
+
+__all__ = [
+    "rank_svm_updates",
+    "fit_gibbs",
+    "initial_values",
+    "lam_update",
+    "z_update",
+    "A_update",
+    "beta_update",
+    "tau_update",
+    "tpb_updates",
+    "t_lam_update",
+    "dp_updates",
+]

@@ -1,0 +1,111 @@
+"""The Gibbs table of each variant and a fit through NumPyro's ``MCMC``."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from numpyro.infer import MCMC
+
+from latentzoo.inference.gibbs import ConjugateGibbs
+from latentzoo.inference.rank_svm.dp import dp_updates, t_lam_update
+from latentzoo.inference.rank_svm.gibbs import A_update, beta_update, lam_update, tau_update, z_update
+from latentzoo.inference.rank_svm.shrinkage import tpb_updates
+from latentzoo.inference.validation import check_labelled
+from latentzoo.models.rank_factor_svm import VARIANTS, observed_data, rank_factor_svm
+
+__all__ = ["rank_svm_updates", "fit_gibbs", "initial_values", "binary_labels"]
+
+
+def rank_svm_updates(variant: str, *, y, pairs=None) -> list:
+    """The Gibbs table of ``variant`` for labels y (N,) in {-1, +1} and, for R, the rank pairs.
+
+    Order of a sweep: the augmentations (with t for NL), z, A, τ (G), β, the two shrinkage
+    hierarchies, then the DP mixture's ν, α, μ, ψ (NL).
+    """
+    if variant not in VARIANTS:
+        raise ValueError(f"Unknown variant {variant!r}; choose one of {', '.join(VARIANTS)}.")
+    gaussian, mixture = variant.startswith("G"), variant.endswith("NL")
+    if not gaussian and pairs is None:
+        raise ValueError(f"The {variant} table needs the rank pairs (rank_pairs(X)).")
+    y = jnp.asarray(y, jnp.float64)
+    pairs = None if gaussian else pairs
+    t_site = "t" if mixture else None
+    table = [] if gaussian else [lam_update("rank")]
+    table.append(t_lam_update(y=y) if mixture else lam_update("svm"))
+    table += [z_update(y=y, t_site=t_site, pairs=pairs), A_update(pairs=pairs)]
+    if gaussian:
+        table.append(tau_update())
+    table.append(beta_update(y=y, t_site=t_site))
+    table += tpb_updates("A", "xi_a", "eta_a", "Phi_a", "Phi_tilde_a")
+    table += tpb_updates("beta", "b_beta", "e_beta", "Phi_beta", "Phi_tilde_beta")
+    if mixture:
+        table += dp_updates()
+    return table
+
+
+def binary_labels(y) -> np.ndarray:
+    """Labels as -1/+1 floats; ValueError naming the problem unless y has exactly two classes
+    given as {-1, +1} or {0, 1}."""
+    y = np.asarray(y, float)
+    classes = np.unique(y)
+    if len(classes) != 2:
+        raise ValueError(f"The labels must have exactly two classes, got {len(classes)}.")
+    if set(classes) == {0.0, 1.0}:
+        return np.where(y > 0, 1.0, -1.0)
+    if set(classes) != {-1.0, 1.0}:
+        raise ValueError(f"The labels must be -1/+1 or 0/1, got {classes.tolist()}.")
+    return y
+
+
+def initial_values(data, kwargs, seed: int = 0) -> dict:
+    """A starting point: small random z, A and β, unit scales, λ = 1, one cluster per label
+    sign for NL. (The flat λ measure has no draw, so a fit needs one.)"""
+    rng = np.random.default_rng(seed)
+    y, K = np.asarray(kwargs["y"]), kwargs["K"]
+    N, D = len(y), kwargs["D"]
+    variant = kwargs["variant"]
+    T = kwargs.get("T", 5) if variant.endswith("NL") else 1
+    v = {
+        "z": 0.1 * rng.normal(size=(N, K)), "A": 0.1 * rng.normal(size=(D, K)),
+        "beta": 0.1 * rng.normal(size=(T, K)),
+        "xi_a": np.ones((D, K)), "eta_a": np.ones((D, K)), "Phi_a": np.ones(K), "Phi_tilde_a": 1.0,
+        "b_beta": np.ones((T, K)), "e_beta": np.ones((T, K)), "Phi_beta": 1.0, "Phi_tilde_beta": 1.0,
+        "lam_svm": np.ones(N),
+    }
+    if "rank_margin" in data:
+        v["lam_rank"] = np.ones(data["rank_margin"].shape[0])
+    if variant.startswith("G"):
+        v["tau"] = np.ones(D)
+    if variant.endswith("NL"):
+        v.update(alpha=1.0, nu=np.full(T - 1, 0.5), mu=np.zeros((T, K)), psi=np.ones(T),
+                 t=rng.integers(0, T, N).astype(np.int32))
+    return {k: jnp.asarray(x) for k, x in v.items()}
+
+
+def fit_gibbs(X, y, *, variant: str = "R-L", K: int = 5, T: int = 5, num_warmup: int = 300,
+              num_samples: int = 300, num_chains: int = 1, seed: int = 0, priors=None,
+              progress: bool = False, thinning: int = 1) -> MCMC:
+    """Gibbs sampling of ``variant`` on features X (N, D) and labels y (N,) (two classes,
+    -1/+1 or 0/1). Returns the finished :class:`numpyro.infer.MCMC`; ``get_samples()`` has
+    every latent site of :func:`~latentzoo.models.rank_factor_svm.rank_factor_svm`.
+    """
+    X, y = check_labelled(X, y, name="the data")
+    y = binary_labels(y)
+    if K < 1:
+        raise ValueError(f"K must be at least 1, got {K}.")
+    data, kw = observed_data(X, y, variant, priors)
+    kw = {**kw, "K": K, "T": T, **({"priors": priors} if priors else {})}
+    model = partial(rank_factor_svm, **kw)
+    kernel = ConjugateGibbs(model, rank_svm_updates(variant, y=y, pairs=kw.get("pairs")))
+    mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
+                thinning=thinning, progress_bar=progress,
+                chain_method="vectorized" if num_chains > 1 else "sequential")
+    init = initial_values(data, kw, seed)
+    if num_chains > 1:
+        inits = [initial_values(data, kw, seed + c) for c in range(num_chains)]
+        init = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *inits)
+    mcmc.run(jax.random.PRNGKey(seed), data, init_params=init)
+    return mcmc
