@@ -28,6 +28,8 @@ __all__ = ["main", "SentenceArgumentParser", "fail", "load_data", "scale_note", 
 QUICK = dict(chains=4, samples=1000, warmup=300)
 FULL = dict(chains=4, samples=4000, warmup=1000)
 MAX_SEED = 2**32 - 1
+_OPTION = "option:"  # argparse dest prefix of the families' own options (Family.options)
+_RUN_FLAGS = "run_flags"  # argparse dest: the flags `run` has itself (no family may reuse them)
 
 
 def fail(message: str, prog: str = "latentzoo") -> int:
@@ -54,6 +56,7 @@ def _build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="fit a model and write posterior.nc, summary.csv, trace.png")
     r.add_argument("model", help="model name (see `latentzoo list`)")
     r.add_argument("--data", help="data file (.csv with optional header, .npy, .npz); default: embedded data")
+    r.add_argument("--labels", help="labels, one per row of --data (.csv or .npy; models with labelled data)")
     r.add_argument("--method", help="inference method (default: the model's first)")
     r.add_argument("--K", type=int, help="number of latent factors/sources (default: the model's)")
     r.add_argument("--J", type=int, help="number of mixture components (mixture models)")
@@ -73,10 +76,34 @@ def _build_parser() -> argparse.ArgumentParser:
     r.add_argument("--checkpoint-every", type=int, metavar="N",
                    help="checkpoint every N draws (MCMC) or sweeps (point fits); default: "
                         "about every two minutes")
+    _add_family_options(r)
 
     d = sub.add_parser("diagnose", help="summary, rank.png and ppc.png of a finished run")
     d.add_argument("run_dir")
     return p
+
+
+def _add_family_options(r) -> None:
+    """``--<name>`` for every option any registered family declares (read as text: the chosen
+    family's :class:`~latentzoo.registry.Option` converts and checks it in :func:`_options`).
+    A name the command already uses stays the command's; :func:`_options` refuses such a
+    declaration in one sentence when that family runs."""
+    from latentzoo.registry import families
+
+    taken = {flag for action in r._actions for flag in action.option_strings}
+    users: dict[str, list] = {}
+    for family in families().values():
+        for opt in family.options:
+            users.setdefault(opt.name, []).append((family.name, opt))
+    for name, declared in users.items():
+        if f"--{name}" in taken:
+            continue
+        opt = declared[0][1]
+        models = ", ".join(f for f, _ in declared)
+        choices = f" ({'|'.join(map(str, opt.choices))})" if opt.choices else ""
+        r.add_argument(f"--{name}", dest=_OPTION + name, metavar=name.upper(),
+                       help=f"{opt.help}{choices} [models: {models}]")
+    r.set_defaults(**{_RUN_FLAGS: frozenset(taken)})
 
 
 class Interrupted(KeyboardInterrupt):
@@ -180,8 +207,42 @@ def _config(args, family):
         K=K, J=args.J, seed=args.seed, sweeps=args.sweeps, restarts=args.restarts,
         quick=args.quick, progress=not args.no_progress, chunk_size=args.chunk_size,
         data_path=args.data, standardize=args.standardize, checkpoint_every=args.checkpoint_every,
-        **sizes,
+        options=_options(args, family), **sizes,
     )
+
+
+def _options(args, family):
+    """The family's options from the command line (defaults where not given), converted and
+    checked; an option of another family, a wrong type or a value outside the choices is one
+    ValueError sentence."""
+    from types import MappingProxyType
+
+    declared = {opt.name: opt for opt in family.options}
+    for key, text in sorted(vars(args).items()):
+        if key.startswith(_OPTION) and text is not None and key[len(_OPTION):] not in declared:
+            own = ", ".join(f"--{n}" for n in declared)
+            raise ValueError(f"--{key[len(_OPTION):]} does not apply to {family.name} "
+                             + (f"(its own options: {own})." if own else "(it has no options of its own)."))
+    values = {}
+    for name, opt in declared.items():
+        if f"--{name}" in getattr(args, _RUN_FLAGS, ()):
+            raise ValueError(f"{family.name} declares an option --{name}, which `latentzoo run` "
+                             "already has; rename the option in its registry entry.")
+        text = getattr(args, _OPTION + name, None)
+        if text is None:
+            values[name] = opt.default
+            continue
+        try:
+            value = opt.type(text)
+        except (TypeError, ValueError):
+            kind = getattr(opt.type, "__name__", "a valid value")
+            raise ValueError(f"--{name} must be {'an' if kind[0] in 'aeiou' else 'a'} {kind}, "
+                             f"got {text!r}.") from None
+        if opt.choices is not None and value not in opt.choices:
+            raise ValueError(f"--{name} must be one of {', '.join(map(str, opt.choices))}, "
+                             f"got {text!r}.")
+        values[name] = value
+    return MappingProxyType(values)
 
 
 def _check_out(out: str) -> None:
@@ -206,7 +267,16 @@ def load_data(args, family, cfg):
 
     kind = family.data_kind
     name = args.data or "the default data"
-    data = kind.load(args.data) if args.data else family.default_data(args.seed)
+    labels = getattr(args, "labels", None)
+    if labels is not None:
+        if kind.load_with_labels is None:
+            raise ValueError(f"--labels applies only to models with labelled data; {family.name} "
+                             f"takes {kind.name} data.")
+        if not args.data:
+            raise ValueError("--labels needs --data with the features (one row per label).")
+        data = kind.load_with_labels(args.data, labels)
+    else:
+        data = kind.load(args.data) if args.data else family.default_data(args.seed)
     if args.standardize and kind.standardize is None:
         raise ValueError(f"--standardize does not apply to {kind.name} data.")
     try:
@@ -297,25 +367,34 @@ _RECORD_FLAGS = {
     "model": "MODEL", "method": "--method", "data": "--data", "K": "--K", "J": "--J",
     "seed": "--seed", "chains": "--chains", "samples": "--samples", "warmup": "--warmup",
     "sweeps": "--sweeps", "restarts": "--restarts", "quick": "--quick",
-    "standardize": "--standardize",
+    "standardize": "--standardize", "labels": "--labels",
 }
 
 
 def _run_record(args, family, method, cfg) -> dict:
     from latentzoo.checkpoint import file_digest
 
-    data = "default data"
-    if args.data:
+    def digest(path):
         try:
-            data = "sha256:" + file_digest(args.data)
+            return "sha256:" + file_digest(path)
         except OSError as err:
-            raise ValueError(f"Data file {args.data} could not be read ({err.strerror}).") from None
+            raise ValueError(f"Data file {path} could not be read ({err.strerror}).") from None
+
+    labels = getattr(args, "labels", None)
     return {
-        "model": family.name, "method": method.name, "data": data, "K": cfg.K, "J": cfg.J,
+        "model": family.name, "method": method.name,
+        "data": digest(args.data) if args.data else "default data", "K": cfg.K, "J": cfg.J,
         "seed": cfg.seed, "chains": cfg.chains, "samples": cfg.samples, "warmup": cfg.warmup,
         "sweeps": cfg.sweeps, "restarts": cfg.restarts, "quick": cfg.quick,
-        "standardize": cfg.standardize,
+        "standardize": cfg.standardize, "labels": digest(labels) if labels else None,
+        "options": _plain_options(cfg),
     }
+
+
+def _plain_options(cfg) -> dict:
+    """The family's options as JSON values (anything else as its text)."""
+    return {k: v if isinstance(v, (str, int, float, bool)) or v is None else str(v)
+            for k, v in cfg.options.items()}
 
 
 def _check_record(ck: str, out: str, record: dict) -> None:
@@ -331,16 +410,21 @@ def _check_record(ck: str, out: str, record: dict) -> None:
         ) from None
     except (OSError, ValueError):
         raise ValueError(f"The checkpoint {path} cannot be read; start afresh with --out.") from None
-    for key, flag in _RECORD_FLAGS.items():
-        if saved.get(key) != record[key]:
-            if key == "data":
-                what = "on other data (the --data file's contents differ)"
-            else:
-                what = f"with {flag} {saved.get(key)}, not {record[key]}"
-            raise ValueError(
-                f"The interrupted run in {out} was made {what}; resume it with its own arguments, "
-                "or start afresh with --out."
-            )
+    saved_options = saved.get("options") or {}  # runs recorded before options existed: none
+    changed = [(key, flag, saved.get(key), record[key]) for key, flag in _RECORD_FLAGS.items()]
+    changed += [(name, f"--{name}", saved_options.get(name), value)
+                for name, value in record["options"].items()]
+    for key, flag, before, now in changed:
+        if before == now:
+            continue
+        if key in ("data", "labels"):
+            what = f"on other data (the {flag} file's contents differ)"
+        else:
+            what = f"with {flag} {before}, not {now}"
+        raise ValueError(
+            f"The interrupted run in {out} was made {what}; resume it with its own arguments, "
+            "or start afresh with --out."
+        )
 
 
 @contextlib.contextmanager
@@ -368,6 +452,7 @@ def _compilation_cache(folder: str):
 
 
 def _cmd_run(args) -> int:
+    from latentzoo import arviz_adapter as azx
     from latentzoo.checkpoint import CHECKPOINT
     from latentzoo.inference.cavi import checkpointing
     from latentzoo.inference.gibbs import GenericKernelNote
@@ -422,6 +507,11 @@ def _cmd_run(args) -> int:
             seconds = time.perf_counter() - t0
         _check_finite(idata)
         data_name = os.path.basename(args.data) if args.data else "default data"
+        if getattr(args, "labels", None):
+            data_name += f" (labels {os.path.basename(args.labels)})"
+        if cfg.options:  # the family's own settings travel with the posterior
+            azx.set_posterior_attrs(idata, latentzoo_options=json.dumps(_plain_options(cfg),
+                                                                        sort_keys=True))
         table = write_run(out, idata, family=family, method=method, seconds=seconds,
                           data_name=data_name)
     except KeyboardInterrupt:

@@ -7,7 +7,8 @@ and the CLI say the same sentence for the same problem). Kinds:
 - :data:`MATRIX`: an (N, D) real matrix from ``.csv`` (optional header line), ``.npy`` or ``.npz``;
 - :data:`BINARY_MATRIX`: the same with every entry 0 or 1;
 - :data:`LABELLED_MATRIX`: (X (N, D), y (N,)) from a CSV whose last column is the label, or an
-  ``.npz`` holding ``X`` and ``y``;
+  ``.npz`` holding ``X`` and ``y``; or the features from one file and the labels (one value per
+  row, ``.csv`` or ``.npy``) from another (:func:`load_labels`, the CLI's ``--labels``);
 - :data:`IMAGE_STACK`: (N, H, W) or (N, H, W, C) from ``.npy`` / ``.npz``.
 
 Bad input raises one :class:`ValueError` sentence naming the file and the problem.
@@ -32,6 +33,7 @@ __all__ = [
     "IMAGE_STACK",
     "load_matrix",
     "load_array",
+    "load_labels",
     "validate_matrix",
     "iter_matrix_chunks",
     "standardize_columns",
@@ -210,6 +212,8 @@ class DataKind(NamedTuple):
         standardize: ``data -> data`` (centre/scale the real-valued features), or None when it
             does not apply (binary data, images).
         observed: ``data -> {"X": ...}`` for InferenceData's observed_data group.
+        load_with_labels: ``(features_path, labels_path) -> data`` for kinds whose labels may
+            come from a file of their own (the CLI's ``--labels``), or None.
     """
 
     name: str
@@ -218,6 +222,7 @@ class DataKind(NamedTuple):
     num_rows: Callable[[Any], int]
     standardize: Callable[[Any], Any] | None
     observed: Callable[[Any], dict]
+    load_with_labels: Callable[[str, str], Any] | None = None
 
 
 def _matrix_validate(X, K=None, name="the data"):
@@ -236,6 +241,22 @@ def _labelled_load(path):
     if A.ndim != 2 or A.shape[1] < 2:
         raise ValueError(f"{path} must have at least two columns: features, then the label last.")
     return A[:, :-1], A[:, -1]
+
+
+def load_labels(path: str) -> np.ndarray:
+    """Labels (N,), one value per row, from a ``.csv``/``.txt`` (one column, optional header) or a
+    ``.npy`` of shape (N,) or (N, 1); unvalidated values (the data kind checks them against X)."""
+    y = np.asarray(load_array(path, exts=(".csv", ".txt", ".npy")))
+    if y.ndim == 2 and y.shape[1] == 1:
+        y = y[:, 0]
+    if y.ndim != 1:
+        raise ValueError(f"Label file {path} must hold one label per row (a single column), "
+                         f"got shape {y.shape}.")
+    return y
+
+
+def _labelled_load_pair(features_path: str, labels_path: str):
+    return load_array(features_path), load_labels(labels_path)
 
 
 def _labelled_validate(data, K=None, name="the data"):
@@ -263,7 +284,7 @@ BINARY_MATRIX = DataKind(
 )
 LABELLED_MATRIX = DataKind(
     "labelled matrix", _labelled_load, _labelled_validate, lambda d: d[0].shape[0],
-    _labelled_standardize, lambda d: {"X": d[0], "y": d[1]},
+    _labelled_standardize, lambda d: {"X": d[0], "y": d[1]}, _labelled_load_pair,
 )
 IMAGE_STACK = DataKind(
     "image stack", lambda p: load_array(p, exts=(".npy", ".npz")), _images_validate,

@@ -16,12 +16,14 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from latentzoo.data import DataKind
 
 __all__ = [
     "RunConfig",
+    "Option",
     "FamilyChecks",
     "Method",
     "Family",
@@ -55,6 +57,8 @@ class RunConfig(NamedTuple):
     ``checkpoint_dir``: where :func:`latentzoo.runs.run_mcmc` saves MCMC checkpoints (None: no
     checkpoints), ``resume`` continues from them, ``checkpoint_every`` draws per segment (None:
     about one checkpoint every :data:`latentzoo.checkpoint.CHECKPOINT_SECONDS`).
+    ``options``: the values of the family's own :class:`Option` s by name (the CLI fills in
+    each option's default when it is not given; read-only).
     """
 
     K: int
@@ -73,6 +77,26 @@ class RunConfig(NamedTuple):
     checkpoint_dir: str | None = None
     resume: bool = False
     checkpoint_every: int | None = None
+    options: Mapping[str, Any] = MappingProxyType({})
+
+
+class Option(NamedTuple):
+    """A family-specific setting, offered on the command line as ``--<name>`` (values reach the
+    runners in :attr:`RunConfig.options`).
+
+    Attributes:
+        name: the flag's name (``--<name>``) and the key in ``RunConfig.options``.
+        help: one line for ``latentzoo run --help``.
+        choices: the allowed values (after ``type``), or None for any.
+        default: the value when the flag is not given.
+        type: converts the command-line string (``int``, ``float``, ``str``).
+    """
+
+    name: str
+    help: str = ""
+    choices: tuple | None = None
+    default: Any = None
+    type: Callable[[str], Any] = str
 
 
 class Method(NamedTuple):
@@ -157,6 +181,8 @@ class Family(NamedTuple):
         test_statistics: the predictive checks' test statistics ``{name: T}``, each a plain
             function ``T(X (..., N, D)) -> array (...)`` or ``(..., m)``; None: the defaults of
             the data kind (:data:`latentzoo.predictive_checks.DEFAULT_STATISTICS`).
+        options: the family's own settings (:class:`Option`), e.g. a model variant; the CLI
+            offers each as ``--<name>`` and refuses them for other families.
     """
 
     name: str
@@ -173,6 +199,7 @@ class Family(NamedTuple):
     docs: str = ""
     checks: FamilyChecks | None = None
     test_statistics: Mapping[str, Callable] | None = None
+    options: tuple[Option, ...] = ()
 
     def method(self, name: str | None) -> Method:
         """The method called ``name`` (None: the default); ValueError naming the choices."""

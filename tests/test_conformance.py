@@ -147,6 +147,7 @@ def test_quick_run_writes_the_run_folder_and_diagnose_reads_it(family, tmp_path)
 BAD_BY_KIND = {
     "matrix": ("1,2,3,4\n4,nan,6,7\n1,1,1,1\n", "NaN"),
     "binary matrix": ("0,1,0,1,1\n1,0,0.5,1,0\n0,0,1,1,1\n", "binary"),
+    "labelled matrix": ("1,2,3,4,1\n4,nan,6,7,-1\n1,1,1,1,1\n2,0,1,3,-1\n", "NaN"),
 }
 
 
