@@ -205,15 +205,25 @@ def test_z_conditional_matches_quadrature_of_the_joint_k2(variant):
 
 # ------------------------------------------------------------------------------ Predictive
 @pytest.mark.smoke
-def test_predictive_returns_probabilities_and_labels():
+@pytest.mark.parametrize("variant", ["R-L", "R-NL", "G-NL"])
+def test_predictive_returns_probabilities_and_labels(variant):
+    """Predictive's program and predict_proba pick β_{t*} and average in their own code: they
+    must agree to round-off (NL components get different β, so picking the wrong one shows)."""
     X, y, X_new, s, s_new = _toy()
-    draws = _draws("R-L", s)
-    out = posterior_predictive(draws, X, X_new, variant="R-L", seed=2)
+    draws = _draws(variant, s)
+    if variant.endswith("NL"):
+        draws["beta"] = draws["beta"] * np.array([1.0, -0.3, 0.5])[None, :, None]
+        draws["mu"] = np.array([0.0, 1.5, -1.5])[None, :, None] * np.ones_like(draws["mu"])
+    X_new = X_new if variant[0] == "R" else np.stack([s_new] * 3, 1)
+    out = posterior_predictive(draws, X, X_new, variant=variant, seed=2)
     S, M = 6, len(s_new)
     assert out["prob"].shape == (S, M) and out["y"].shape == (S, M)
     assert set(np.unique(np.asarray(out["y"]))) <= {-1, 1}
     np.testing.assert_allclose(np.asarray(out["prob"]).mean(0),
-                               predict_proba(draws, X, X_new, variant="R-L", seed=2), rtol=1e-12)
+                               predict_proba(draws, X, X_new, variant=variant, seed=2), rtol=1e-12)
+    if variant.endswith("NL"):  # the states visit several components
+        t = np.asarray(new_sample_states(draws, X, X_new, variant=variant, seed=2)["t_new"])
+        assert len(np.unique(t)) > 1
     sure = np.asarray(out["prob"]).mean(0)
     assert np.all(np.asarray(out["y"])[:, sure > 0.999] == 1)
     assert np.all(np.asarray(out["y"])[:, sure < 0.001] == -1)
