@@ -23,8 +23,9 @@ sample x* (D,) gets factor scores z* (and, for NL, a component t*) from their co
   (1/\lambda_{i,lo} + 1/\lambda_{i,hi})a_ia_i^\top` and linear term :math:`sm + \sum_i a_i[(w_{i,lo}
   + \epsilon + \lambda_{i,lo})/\lambda_{i,lo} + (w_{i,hi} - \epsilon - \lambda_{i,hi})/
   \lambda_{i,hi}]` (a missing neighbour drops its terms). The chain starts at the ridge fit of
-  z* to the neighbours' midpoints; the states after ``burn_in`` sweeps are kept. The new hinges
-  use the paper's flat λ measure whatever ``lam_rate`` the draws were made with.
+  z* to the neighbours' midpoints, shrunk towards the neighbours' mean z; the states after
+  ``burn_in`` sweeps are kept. The new hinges use the paper's flat λ measure whatever
+  ``lam_rate`` the draws were made with.
 
 The class probability of one state is the normalised pseudo-likelihood
 :math:`p(y = +1 \mid u) = h(1 - u)/(h(1 - u) + h(1 + u))`, :math:`h(c) = e^{-2\max(0, c)}`,
@@ -38,6 +39,7 @@ deterministic ``prob`` and the sampled labels ``y`` (:func:`posterior_predictive
 
 from __future__ import annotations
 
+from functools import partial
 from typing import NamedTuple
 
 import jax
@@ -137,12 +139,17 @@ def _rank_states(key, draw, ranks, epsilon, num_sweeps, burn_in):
     w_train = z_train @ A.T  # (N, D)
     w_lo, w_hi = w_train[ranks.lo, cols], w_train[ranks.hi, cols]  # (M, D)
     m_lo, m_hi = ranks.has_lo.astype(A.dtype), ranks.has_hi.astype(A.dtype)
-    # start: ridge fit of w* to the middle of its neighbours (one side: ε beyond the one there is)
+    # start: w* fitted to the middle of its neighbours (one side: ε beyond the one there is),
+    # ridge-shrunk towards the neighbours' mean z (the right scale even where A is small)
     target = jnp.where(ranks.has_lo & ranks.has_hi, 0.5 * (w_lo + w_hi),
                        jnp.where(ranks.has_lo, w_lo + epsilon, w_hi - epsilon))
     known = (ranks.has_lo | ranks.has_hi).astype(A.dtype)
+    z_sum = jnp.einsum("md,mdk->mk", m_lo, z_train[ranks.lo]) \
+        + jnp.einsum("md,mdk->mk", m_hi, z_train[ranks.hi])
+    z_bar = z_sum / jnp.maximum(1.0, jnp.sum(m_lo + m_hi, -1))[:, None]
     P0 = jnp.eye(K) + jnp.einsum("md,dk,dj->mkj", known, A, A)
-    z0 = jnp.linalg.solve(P0, jnp.einsum("md,dk->mk", known * target, A)[..., None])[..., 0]
+    h0 = z_bar + jnp.einsum("md,dk->mk", known * target, A)
+    z0 = jnp.linalg.solve(P0, h0[..., None])[..., 0]
 
     def sweep(state, key):
         z, t = state
@@ -258,26 +265,43 @@ def new_sample_states(samples, X_train, X_new, *, variant: str, priors=None, see
     D = draws["A"].shape[1]
     X_new = _new_features(X_new, D)
     keys = jax.random.split(jax.random.PRNGKey(seed), draws["A"].shape[0])
-    if variant.startswith("G"):
-        X_new_j = jnp.asarray(X_new)
-
-        def one(args):
-            key, draw = args
-            return _gaussian_states(key, draw, X_new_j, num_sweeps - burn_in)
+    gaussian = variant.startswith("G")
+    if gaussian:
+        new = jnp.asarray(X_new)
     else:
         X_train = np.asarray(X_train, float)
         if X_train.ndim != 2 or X_train.shape[1] != D:
             raise ValueError(f"The training features must be the (N, {D}) matrix the draws were "
                              f"fitted to, got shape {X_train.shape}.")
-        ranks = NewRanks(*(jnp.asarray(a) for a in insert_ranks(X_train, X_new)))
-        epsilon = float({**default_priors(), **(priors or {})}["epsilon"])
-
-        def one(args):
-            key, draw = args
-            return _rank_states(key, draw, ranks, epsilon, num_sweeps, burn_in)
-
-    z_new, t_new = jax.lax.map(one, (keys, draws), batch_size=draw_batch)
+        new = NewRanks(*(jnp.asarray(a) for a in insert_ranks(X_train, X_new)))
+    epsilon = float({**default_priors(), **(priors or {})}["epsilon"])
+    z_new, t_new = _states(keys, draws, new, epsilon, gaussian=gaussian, num_sweeps=int(num_sweeps),
+                           burn_in=int(burn_in), batch=int(draw_batch))
     return {"beta": draws["beta"], "z_new": z_new, "t_new": t_new}
+
+
+@partial(jax.jit, static_argnames=("gaussian", "num_sweeps", "burn_in", "batch"))
+def _states(keys, draws, new, epsilon, *, gaussian, num_sweeps, burn_in, batch):
+    """The states of every draw (compiled once per shape and setting)."""
+    if gaussian:
+        def one(args):
+            return _gaussian_states(args[0], args[1], new, num_sweeps - burn_in)
+    else:
+        def one(args):
+            return _rank_states(args[0], args[1], new, epsilon, num_sweeps, burn_in)
+    return _map_in_batches(one, (keys, draws), batch)
+
+
+def _map_in_batches(f, xs, batch: int):
+    """``lax.map(f, xs, batch_size=batch)`` with the draws padded to a multiple of the batch (by
+    repeating the last), so that XLA compiles one batched body and no remainder."""
+    S = jax.tree_util.tree_leaves(xs)[0].shape[0]
+    batch = max(1, min(batch, S))
+    pad = -S % batch
+    if pad:
+        xs = jax.tree_util.tree_map(lambda a: jnp.concatenate([a, jnp.repeat(a[-1:], pad, 0)]), xs)
+    out = jax.lax.map(f, xs, batch_size=batch)
+    return jax.tree_util.tree_map(lambda a: a[:S], out)
 
 
 def new_sample_labels(*, M: int, K: int, T: int = 1, R: int = 1):
