@@ -12,6 +12,7 @@ from numpyro.infer import MCMC
 from latentzoo.inference.gibbs import ConjugateGibbs
 from latentzoo.inference.rank_svm.dp import dp_updates, t_lam_update
 from latentzoo.inference.rank_svm.gibbs import A_update, beta_update, lam_update, tau_update, z_update
+from latentzoo.inference.rank_svm.moves import scale_move
 from latentzoo.inference.rank_svm.shrinkage import tpb_updates
 from latentzoo.inference.validation import check_labelled
 from latentzoo.models.rank_factor_svm import VARIANTS, observed_data, rank_factor_svm
@@ -19,11 +20,12 @@ from latentzoo.models.rank_factor_svm import VARIANTS, observed_data, rank_facto
 __all__ = ["rank_svm_updates", "fit_gibbs", "initial_values", "binary_labels"]
 
 
-def rank_svm_updates(variant: str, *, y, pairs=None) -> list:
+def rank_svm_updates(variant: str, *, y, pairs=None, scale: bool = True) -> list:
     """The Gibbs table of ``variant`` for labels y (N,) in {-1, +1} and, for R, the rank pairs.
 
     Order of a sweep: the augmentations (with t for NL), z, A, τ (G), β, the two shrinkage
-    hierarchies, then the DP mixture's ν, α, μ, ψ (NL).
+    hierarchies, then the DP mixture's ν, α, μ, ψ (NL), then (``scale``) the factor-scale move
+    of :mod:`.moves`, our addition for mixing.
     """
     if variant not in VARIANTS:
         raise ValueError(f"Unknown variant {variant!r}; choose one of {', '.join(VARIANTS)}.")
@@ -43,6 +45,8 @@ def rank_svm_updates(variant: str, *, y, pairs=None) -> list:
     table += tpb_updates("beta", "b_beta", "e_beta", "Phi_beta", "Phi_tilde_beta")
     if mixture:
         table += dp_updates()
+    if scale:
+        table.append(scale_move(mixture=mixture))
     return table
 
 

@@ -54,7 +54,8 @@ def test_every_family_with_a_table_declares_random_priors():
 def test_conditional_matches_joint_at_random_hyperparameters(family, update):
     priors = [_kwargs(family, seed)["priors"] for seed in SEEDS]
     err = check_conditional(family.model, update, family.checks.model_kwargs,
-                            jax.random.PRNGKey(0), priors_list=priors)
+                            jax.random.PRNGKey(0), priors_list=priors,
+                            data_site=family.checks.data_sites)
     assert err < 1e-8, (update.name, err)
 
 
@@ -65,7 +66,8 @@ INVARIANT_MOVES = [c for c in _cases(Move) if c.values[1].preserves_likelihood]
 @pytest.mark.parametrize("seed", SEEDS)
 def test_move_leaves_the_likelihood_unchanged(family, move, seed):
     change = check_likelihood_invariance(
-        family.model, move, _kwargs(family, seed), jax.random.PRNGKey(seed)
+        family.model, move, _kwargs(family, seed), jax.random.PRNGKey(seed),
+        data_site=family.checks.data_sites,
     )
     assert change < 1e-10, (move.name, change)
 
@@ -77,5 +79,6 @@ ORBIT_CASES = [c for c in _cases(Move) if c.values[1].orbit is not None]
 @pytest.mark.parametrize("seed", (0, 1))
 def test_move_samples_the_exact_target_on_its_orbit(family, move, seed):
     kw = dict(family.checks.orbit_model_kwargs)
-    result = check_move_on_orbit(family.model, move, kw, jax.random.PRNGKey(seed))
+    result = check_move_on_orbit(family.model, move, kw, jax.random.PRNGKey(seed),
+                                 data_site=family.checks.data_sites)
     assert result.passed, (result.z_scores, result.exact_moments, result.chain_moments)

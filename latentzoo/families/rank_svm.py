@@ -1,0 +1,167 @@
+"""Registry entry: the max-margin rank-likelihood discriminative factor model (Yuan, Henao,
+Tsalik, Langley & Carin, ICML 2015), four variants chosen with ``--variant`` (G-L, R-L, G-NL,
+R-NL; ``--T`` the DP truncation). Data: features with a label column (or ``--labels``).
+Methods: the hand-derived Gibbs sampler (``gibbs``), mean-field CAVI (``vb``) and NUTS on the
+hinge-factor form of the same model (``nuts``, a baseline)."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from latentzoo import runs
+from latentzoo.data import LABELLED_MATRIX
+from latentzoo.models.rank_factor_svm import (
+    VARIANTS,
+    default_rank_svm_data,
+    observed_data,
+    rank_factor_svm,
+    rank_pairs,
+)
+from latentzoo.registry import Family, FamilyChecks, Method, Option, register
+
+__all__ = ["RANK_SVM"]
+
+# Large per-row or per-pair latents stay out of the result files (their size would grow with
+# N·D); the factors' signs are not identified, so z and A are summarised through w and u.
+DROP = ("lam_rank", "lam_svm", "z", "t", "u", "eta_a", "xi_a", "e_beta", "b_beta")
+
+
+def _prepare(data, cfg):
+    """(X, y as -1/+1, variant, T); the G variants get centred, scaled columns (their model has
+    no mean; a constant column stays 0)."""
+    from latentzoo.inference.rank_svm.fit import binary_labels
+
+    X, y = data
+    variant = cfg.options.get("variant", "R-L")
+    if variant.startswith("G"):
+        sd = X.std(0)
+        X = (X - X.mean(0)) / np.where(sd > 0, sd, 1.0)
+    return X, binary_labels(y), variant, int(cfg.options.get("T", 5))
+
+
+def _hinge_loglik(y, u):
+    """Pointwise log of the label hinge, -2 max(0, 1 - y_n u_n), of draws u (chains, draws, N)."""
+    return -2.0 * np.maximum(0.0, 1.0 - y * np.asarray(u))
+
+
+def _run_mcmc(data, cfg, *, nuts: bool):
+    from latentzoo.inference.gibbs import ConjugateGibbs
+    from latentzoo.inference.rank_svm import initial_values, rank_svm_updates
+
+    X, y, variant, T = _prepare(data, cfg)
+    if cfg.quick:
+        cfg = cfg._replace(samples=min(cfg.samples, 100), warmup=min(cfg.warmup, 100))
+    obs, kw = observed_data(X, y, variant)
+    kw = {**kw, "K": cfg.K, "T": T}
+    model = partial(rank_factor_svm, **kw)  # everything but the data bound (MCMC traces args)
+    inits = [initial_values(obs, kw, cfg.seed + c) for c in range(cfg.chains)]
+    if nuts:
+        from numpyro.infer import NUTS
+
+        kernel = NUTS(partial(model, marginal=True))
+        inits = [{k: v for k, v in i.items() if not k.startswith("lam_") and k != "t"} for i in inits]
+        if variant.endswith("NL"):
+            raise ValueError("NUTS cannot sample the NL variants' discrete assignments t; use gibbs or vb.")
+    else:
+        kernel = ConjugateGibbs(model, rank_svm_updates(variant, y=y, pairs=kw.get("pairs")))
+    init = inits[0] if cfg.chains == 1 else jax.tree_util.tree_map(lambda *a: jnp.stack(a), *inits)
+    mcmc = runs.run_mcmc(kernel, cfg, obs, init_params=init)
+    u = mcmc.get_samples(group_by_chain=True)["u"]
+    return runs.mcmc_idata(mcmc, drop=DROP, log_likelihood={"y": _hinge_loglik(y, u)})
+
+
+def _run_vb(data, cfg):
+    from latentzoo.inference.rank_svm.vb import fit_vb
+
+    X, y, variant, T = _prepare(data, cfg)
+    sweeps, restarts = runs.point_sizes(cfg, restarts=1)
+    fit = fit_vb(X, y, variant=variant, K=cfg.K, T=T, num_steps=sweeps, seed=cfg.seed,
+                 restarts=restarts, progress_bar=cfg.progress)
+    return runs.guide_point_idata(fit, X)
+
+
+def _checks_design(N, D, K=2, T=3, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(N, D))
+    X[:, -1] = rng.integers(0, 3, N)  # a tied column: the grouped-ties pairing is exercised
+    y = jnp.asarray(np.where(np.arange(N) % 2 == 0, 1.0, -1.0))
+    return dict(y=y, K=K, variant="R-L", T=T, pairs=rank_pairs(X), priors=CHECK_PRIORS)
+
+
+# Non-default hyperparameters; the augmentation gets a proper Exp(0.8) prior so the program is
+# generative (the paper's flat measure has no prior predictive). Shapes above the horseshoe's 1/2
+# keep the scales' moments finite for the Geweke z-scores.
+CHECK_PRIORS = {
+    "epsilon": 0.7, "r_a": 1.7, "s_a": 2.3, "r_beta": 2.1, "s_beta": 1.6, "Phi_shape": 1.8,
+    "Phi_tilde_shape": 2.5, "Phi_tilde_rate": 1.4, "lam_rate": 0.8,
+}
+
+
+def _table():
+    from latentzoo.inference.rank_svm import rank_svm_updates
+
+    kw = RANK_SVM_CHECKS.model_kwargs
+    return rank_svm_updates("R-L", y=kw["y"], pairs=kw["pairs"])
+
+
+def _random_priors(rng):
+    return {
+        "epsilon": rng.uniform(0.3, 2.0), "r_a": rng.uniform(0.6, 3.0), "s_a": rng.uniform(0.6, 3.0),
+        "r_beta": rng.uniform(0.6, 3.0), "s_beta": rng.uniform(0.6, 3.0),
+        "Phi_shape": rng.uniform(0.3, 3.0), "Phi_tilde_shape": rng.uniform(0.3, 3.0),
+        "Phi_tilde_rate": rng.uniform(0.3, 3.0), "lam_rate": rng.uniform(0.2, 2.0),
+    }
+
+
+RANK_SVM_CHECKS = FamilyChecks(
+    model_kwargs=_checks_design(6, 3),
+    gibbs_table=_table,
+    # invariant to the factors' sign flips (A_k, z_k, beta_k) -> -(.), bounded or logged so their
+    # moments exist; the other variants have their own tests (tests/inference/test_rank_svm_gibbs.py)
+    test_functions={
+        "w": lambda v: jnp.tanh(v["z"] @ v["A"].T).ravel(),
+        "u": lambda v: jnp.tanh(v["z"] @ v["beta"][0]),
+        "log_xi_a": lambda v: jnp.mean(jnp.log(v["xi_a"])),
+        "log_Phi_a": lambda v: jnp.log(v["Phi_a"]),
+        "log_b_beta": lambda v: jnp.mean(jnp.log(v["b_beta"])),
+        "log_lam_rank": lambda v: jnp.mean(jnp.log(v["lam_rank"])),
+        "log_lam_svm": lambda v: jnp.log(v["lam_svm"]),
+    },
+    broken_site="A",
+    random_priors=_random_priors,
+    orbit_model_kwargs=_checks_design(6, 3, K=1),
+    informative_model_kwargs=_checks_design(30, 4),
+    informative_warmup=100,
+    data_sites=("rank_margin", "svm_margin"),
+)
+
+RANK_SVM = register(
+    Family(
+        name="rank-svm",
+        title="Max-margin rank-likelihood factor SVM",
+        paper="Yuan, Henao, Tsalik, Langley & Carin (ICML 2015)",
+        model=rank_factor_svm,
+        data_kind=LABELLED_MATRIX,
+        default_data=lambda seed: default_rank_svm_data(seed),
+        methods=(
+            Method("gibbs", partial(_run_mcmc, nuts=False)),
+            Method("vb", _run_vb, kind="point"),
+            Method("nuts", partial(_run_mcmc, nuts=True)),
+        ),
+        identified=("Phi_tilde_a", "Phi_tilde_beta", "Phi_beta"),
+        trace_sites=("Phi_tilde_a", "Phi_beta"),
+        posterior_predictive=None,
+        default_K=5,
+        docs="models/rank_factor_svm.md",
+        checks=RANK_SVM_CHECKS,
+        options=(
+            Option("variant", "G (Gaussian) or R (rank) features, L (one classifier) or NL (a DP "
+                   "mixture of classifiers)", choices=VARIANTS, default="R-L"),
+            Option("T", "truncation of the NL variants' DP mixture", default=5, type=int),
+        ),
+    )
+)

@@ -1,0 +1,264 @@
+"""The rank SVM's Gibbs tables: every closed-form conditional against the joint density, Geweke and
+SBC on all four variants, broken controls, and one test per fault of the supplement that the
+supplement's version fails.
+
+Thresholds: check_conditional's disagreement is round-off (< 1e-8) for a right conditional and
+O(1) for a wrong one. The Geweke runs use Bonferroni-corrected z-scores at level 0.01; the
+planted faults move a site's stationary law by far more than the runs' standard errors."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from latentzoo.inference.checks import check_conditional, check_likelihood_invariance, \
+    check_move_on_orbit, geweke_test, sbc
+from latentzoo.inference.gibbs import ConjugateGibbs
+from latentzoo.inference.rank_svm import rank_svm_updates
+from latentzoo.inference.rank_svm.dp import t_logits
+from latentzoo.inference.rank_svm.gibbs import hinge_lam_draw, lam_rate
+from latentzoo.inference.rank_svm.moves import scale_move
+from latentzoo.inference.updates import GibbsUpdate, unwrap
+from tests.inference.rank_svm_fixtures import PRIORS, design, duplicated, geweke_functions, table
+
+VARIANTS = ("G-L", "R-L", "G-NL", "R-NL")
+
+
+def _random_priors(seed, n=3):
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        p = {k: float(v * rng.uniform(0.5, 1.8)) for k, v in PRIORS.items()}
+        out.append(p)
+    return out
+
+
+@pytest.mark.parametrize("variant", ("G-L", "G-NL", "R-NL"))
+def test_every_closed_form_conditional_matches_the_joint(variant):
+    d = design(variant)
+    # R-L's whole table is checked by the registry's conformance tests; the other variants'
+    # shrinkage and augmentation updates are the same functions, so only what differs is here.
+    own = {"z", "A", "beta", "tau", "nu", "alpha", "mu", "psi"}
+    for u in table(variant, d):
+        if not isinstance(u, GibbsUpdate) or u.conditional is None or not set(u.sites) & own:
+            continue
+        err = check_conditional(d[0], u, d[1], jax.random.PRNGKey(3), data_site=d[2],
+                                priors_list=_random_priors(1))
+        assert err < 1e-8, (u.name, err)
+
+
+def _geweke(variant, tab=None, d=None, steps=8000, seed=1):
+    d = d or design(variant)
+    tab = tab if tab is not None else table(variant, d)
+    return geweke_test(d[0], ConjugateGibbs(d[0], tab), d[1], geweke_functions(variant),
+                       jax.random.PRNGKey(seed), num_steps=steps, num_prior=4096, data_site=d[2])
+
+
+def _report(r):
+    worst = np.argsort(-np.abs(r.z_scores))[:4]
+    return [(r.labels[i], round(float(r.z_scores[i]), 2)) for i in worst]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_geweke_passes_on_every_variant(variant):
+    r = _geweke(variant)
+    assert r.passed, _report(r)
+
+
+def _replace(tab, name_part, new):
+    out = [new if name_part in u.name else u for u in tab]
+    assert out != tab
+    return out
+
+
+def _scaled_A(tab):
+    (u,) = [u for u in tab if u.sites == ("A",)]
+
+    def draw(key, values, obs, priors):
+        return {"A": 0.8 * u.sample(key, values, obs, priors)["A"]}
+
+    return _replace(tab, "A |", GibbsUpdate("A (broken)", ("A",), u.requires, draw=draw))
+
+
+@pytest.mark.slow
+def test_geweke_fails_a_broken_loadings_draw():
+    r = _geweke("G-NL", _scaled_A(table("G-NL", design("G-NL"))), steps=3000)
+    assert not r.passed
+
+
+# ---------------------------------------------------------------- the supplement's faults
+def test_supplement_lambda_u_line_fails_the_conditional_check():
+    """IG(|w^u + eps - w^u|^-1, 1) does not read w: its residual is the margin alone."""
+    variant = "R-L"
+    d = design(variant)
+    (good,) = [u for u in table(variant, d) if u.sites == ("lam_rank",)]
+
+    def conditional(values, obs, priors):
+        c = obs["rank_margin"] + 0.0 * values["lam_rank"]  # w^u - w^u = 0: the score is lost
+        from latentzoo.inference.gig import GeneralizedInverseGaussian
+
+        a = jnp.broadcast_to(1.0 + 2.0 * lam_rate(priors["lam_rank"]), c.shape)
+        return {"lam_rank": GeneralizedInverseGaussian(a, c**2, jnp.full(c.shape, 0.5))}
+
+    bad = GibbsUpdate("lam_rank (supplement)", ("lam_rank",), good.requires, conditional)
+    assert check_conditional(d[0], good, d[1], jax.random.PRNGKey(0), data_site=d[2]) < 1e-8
+    assert check_conditional(d[0], bad, d[1], jax.random.PRNGKey(0), data_site=d[2]) > 1e-2
+
+
+def _z_with_weights(variant, d, weight):
+    """The R variants' z update with the pair weights 1/λ replaced by ``weight(λ)``."""
+    from latentzoo.inference.rank_svm import gibbs as g
+
+    pairs = d[0].keywords["pairs"]
+    y = d[0].keywords["y"]
+    original = g.z_row_precision
+
+    def row_precision(values, obs, priors, *, y, t, pairs=None):
+        lam = values["lam_rank"]
+        return original({**values, "lam_rank": 1.0 / weight(lam)}, obs, priors, y=y, t=t, pairs=pairs)
+
+    base = g.z_update(y=y, pairs=pairs)
+
+    def draw(key, values, obs, priors):
+        saved = g.z_row_precision
+        g.z_row_precision = row_precision
+        try:
+            return base.draw(key, {**values}, obs, priors)
+        finally:
+            g.z_row_precision = saved
+
+    return GibbsUpdate("z (supplement)", ("z",), base.requires, draw=draw)
+
+
+@pytest.mark.slow
+def test_supplement_precision_written_as_variance_fails_geweke():
+    """sigma_z^-2 with lambda_{i,n}^-1 where lambda_{i,n} is a precision: the pair terms weigh
+    a a^T by the variance λ instead of 1/λ."""
+    variant = "R-L"
+    d = design(variant)
+    bad = _replace(table(variant, d), "z |", _z_with_weights(variant, d, lambda lam: lam))
+    r = _geweke(variant, bad, d, steps=3000)
+    assert not r.passed
+
+
+@pytest.mark.slow
+def test_z_update_that_drops_the_neighbours_factors_fails_geweke():
+    """The supplement's joint counts each adjacent pair twice (n's upper factor and its
+    neighbour's lower one); its z_n update keeps only n's own two factors. With the pairs
+    doubled, the full update passes and the supplement's fails."""
+    variant = "R-L"
+    model, kw, sites = design(variant)
+    pairs = model.keywords["pairs"]
+    results = {}
+    for own_only in (False, True):
+        doubled = duplicated(pairs, own_only)
+        from functools import partial
+
+        from latentzoo.models.rank_factor_svm import rank_factor_svm
+
+        # the model sees every pair twice; the table's z update sees the chosen incidence
+        mdl = partial(rank_factor_svm, y=model.keywords["y"], variant=variant,
+                      pairs=duplicated(pairs, False))
+        tab = rank_svm_updates(variant, y=model.keywords["y"], pairs=doubled)
+        results[own_only] = _geweke(variant, tab, (mdl, kw, sites), steps=4000)
+    assert results[False].passed, _report(results[False])
+    assert not results[True].passed
+
+
+@pytest.mark.slow
+def test_t_update_without_the_classifier_fails_geweke():
+    """The supplement's p(t(n) = t) ∝ q_t N(z_n; mu_t, psi_t^-1 I) leaves out component t's
+    label hinge."""
+    variant = "G-NL"
+    d = design(variant)
+    y = d[0].keywords["y"]
+
+    def draw(key, values, obs, priors):
+        k_t, k_lam = jax.random.split(key)
+        logits, c = t_logits(values, obs, priors, y=y)
+        root = jnp.sqrt(1.0 + 2.0 * lam_rate(priors["lam_svm"]))
+        t = jax.random.categorical(k_t, logits + c + jnp.abs(c) * root, axis=-1)  # hinge removed
+        c_t = jnp.take_along_axis(c, t[:, None], 1)[:, 0]
+        return {"t": t, "lam_svm": hinge_lam_draw(k_lam, c_t, lam_rate(priors["lam_svm"]))}
+
+    tab = table(variant, d)
+    (good,) = [u for u in tab if u.sites == ("t", "lam_svm")]
+    bad = _replace(tab, "t, lam_svm", GibbsUpdate("t (supplement)", good.sites, good.requires, draw=draw))
+    assert not _geweke(variant, bad, d, steps=3000).passed
+
+
+def _conditional_update(site, requires, fn):
+    return GibbsUpdate(f"{site} (supplement)", (site,), requires, fn)
+
+
+def test_supplement_psi_update_fails_the_conditional_check():
+    """Ga(psi_s + K/2, psi_r + sum_k mu_tk^2 / 2) leaves out the z terms."""
+    import numpyro.distributions as dist
+
+    variant = "R-NL"
+    d = design(variant)
+
+    def fn(values, obs, priors):
+        base = unwrap(priors["psi"])
+        K = values["mu"].shape[1]
+        return {"psi": dist.Gamma(base.concentration + 0.5 * K + 0.0 * values["psi"],
+                                  base.rate + 0.5 * jnp.sum(values["mu"] ** 2, 1))}
+
+    (good,) = [u for u in table(variant, d) if u.sites == ("psi",)]
+    bad = _conditional_update("psi", good.requires, fn)
+    assert check_conditional(d[0], good, d[1], jax.random.PRNGKey(0), data_site=d[2]) < 1e-8
+    assert check_conditional(d[0], bad, d[1], jax.random.PRNGKey(0), data_site=d[2]) > 1e-2
+
+
+@pytest.mark.parametrize("fault", ["Phi_rate_half", "Phi_tilde_shape_one"])
+def test_supplement_global_scale_lines_fail_the_conditional_check(fault):
+    """Phi_k^(a): the supplement's rate has 1/2 sum_i eta_ik; Phi_tilde^(a): its shape is 1
+    where K global scales give 1/2 + K/2."""
+    import numpyro.distributions as dist
+
+    variant = "R-L"
+    d = design(variant)
+    tab = table(variant, d)
+    if fault == "Phi_rate_half":
+        site = "Phi_a"
+
+        def fn(values, obs, priors):
+            c, r = unwrap(priors["Phi_a"]).concentration, unwrap(priors["Phi_a"]).rate
+            s = unwrap(priors["eta_a"]).concentration
+            D = values["eta_a"].shape[0]
+            return {"Phi_a": dist.Gamma(c + D * s + 0.0 * values["Phi_a"],
+                                        r + 0.5 * jnp.sum(values["eta_a"], 0))}
+    else:
+        site = "Phi_tilde_a"
+
+        def fn(values, obs, priors):
+            d0 = unwrap(priors["Phi_tilde_a"]).rate
+            return {"Phi_tilde_a": dist.Gamma(1.0, d0 + jnp.sum(values["Phi_a"]))}
+
+    (good,) = [u for u in tab if u.sites == (site,)]
+    assert check_conditional(d[0], good, d[1], jax.random.PRNGKey(0), data_site=d[2]) < 1e-8
+    bad = _conditional_update(site, good.requires, fn)
+    assert check_conditional(d[0], bad, d[1], jax.random.PRNGKey(0), data_site=d[2]) > 1e-3
+
+
+# ----------------------------------------------------------------------- the scale move
+@pytest.mark.parametrize("variant", ["G-L", "R-NL"])
+def test_scale_move_keeps_the_likelihood_and_samples_its_orbit(variant):
+    d = design(variant, K=1)
+    move = scale_move(mixture=variant.endswith("NL"))
+    assert check_likelihood_invariance(d[0], move, d[1], jax.random.PRNGKey(0),
+                                       data_site=d[2]) < 1e-9
+    res = check_move_on_orbit(d[0], move, d[1], jax.random.PRNGKey(1), data_site=d[2])
+    assert res.passed, res
+
+
+# -------------------------------------------------------------------------------- SBC
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_sbc_passes_on_every_variant(variant):
+    d = design(variant, N=10)
+    r = sbc(d[0], ConjugateGibbs(d[0], table(variant, d)), d[1], geweke_functions(variant),
+            jax.random.PRNGKey(12), num_simulations=100, num_warmup=100, num_draws=49, thin=2,
+            num_bins=5, data_site=d[2])
+    assert r.passed, dict(zip(r.labels, np.round(r.p_values, 4)))
