@@ -28,7 +28,9 @@ ELBO never decreases):
   E‖z_n − μ_t‖²) (the supplement's uses ‖μ_t‖² and no z).
 
 Public: :func:`rank_svm_guide`, :func:`rank_svm_vb` (the recipe), :func:`rank_svm_sweep`,
-:func:`rank_svm_elbo`, :func:`fit_vb`; the single blocks are exported for tests.
+:func:`rank_svm_elbo`, :func:`fit_vb`. The single updates and their table ``BLOCKS`` are in
+:mod:`latentzoo.inference.rank_svm.vb_blocks`, the moments and the ELBO's terms in
+:mod:`latentzoo.inference.rank_svm.vb_moments`.
 """
 
 from __future__ import annotations
@@ -231,8 +233,13 @@ def fit_vb(X, y, *, variant: str, K: int, T: int = 5, num_steps: int = 500, seed
     """Fit one variant by CAVI from features X (N, D) and labels y (N,) in {−1, +1}; the best of
     ``restarts`` starts by final ELBO. Stops when the relative ELBO change falls below ``rtol``.
 
-    Returns :class:`~latentzoo.inference.cavi.VariationalFit`; its ``model_kwargs`` for
-    ``Predictive`` / ``Trace_ELBO`` are :func:`latentzoo.models.rank_factor_svm.observed_data`'s.
+    Returns :class:`~latentzoo.inference.cavi.VariationalFit` (``params``, ``losses`` = −ELBO
+    after each sweep, ``guide``, ``model``). ``Predictive`` and ``Trace_ELBO`` on (``fit.model``,
+    ``fit.guide``) take ``data, kw = observed_data(X, y, variant, priors)`` and
+    ``(data, K=K, T=T, priors=priors, **kw)``.
+
+    Raises one ValueError sentence for an unknown variant, labels other than −1 / +1, K not a
+    positive integer, or X that is not a finite 2-D matrix with one label per row.
     """
     if variant not in VARIANTS:
         raise ValueError(f"Unknown variant {variant!r}; choose one of {', '.join(VARIANTS)}.")
