@@ -139,7 +139,8 @@ if _usable:
 # module goes to one worker as a whole; every other test is dealt out one at a time, as "load"
 # does. (xdist's own xdist_group marks cannot do this here: under pytest 9 the group never reaches
 # the scheduler.) Other --dist modes are left alone.
-GROUPED_MODULES = ("tests/cli/test_cli.py", "tests/inference/test_mfa_gibbs.py")
+GROUPED_MODULES = ("tests/cli/test_cli.py", "tests/inference/test_mfa_gibbs.py",
+                   "tests/inference/test_rank_svm_vb.py")
 
 
 @pytest.hookimpl(optionalhook=True)

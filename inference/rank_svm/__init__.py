@@ -1,5 +1,6 @@
 """Max-margin rank-likelihood discriminative factor model (Yuan, Henao et al. 2015): Gibbs tables
-for the four variants (:mod:`.gibbs`, :mod:`.shrinkage`, :mod:`.dp`) and the Gibbs fit."""
+for the four variants (:mod:`.gibbs`, :mod:`.shrinkage`, :mod:`.dp`, :mod:`.moves`), the Gibbs
+fit (:mod:`.fit`) and mean-field variational Bayes (:mod:`.vb`)."""
 
 from latentzoo.inference.rank_svm.dp import dp_updates, t_lam_update
 from latentzoo.inference.rank_svm.fit import fit_gibbs, initial_values, rank_svm_updates
@@ -11,6 +12,14 @@ from latentzoo.inference.rank_svm.gibbs import (
     z_update,
 )
 from latentzoo.inference.rank_svm.shrinkage import tpb_updates
+from latentzoo.inference.rank_svm.vb import (
+    RankSVMVariational,
+    fit_vb,
+    rank_svm_elbo,
+    rank_svm_guide,
+    rank_svm_sweep,
+    rank_svm_vb,
+)
 
 __all__ = [
     "rank_svm_updates",
@@ -24,4 +33,10 @@ __all__ = [
     "tpb_updates",
     "t_lam_update",
     "dp_updates",
+    "fit_vb",
+    "rank_svm_vb",
+    "rank_svm_guide",
+    "rank_svm_sweep",
+    "rank_svm_elbo",
+    "RankSVMVariational",
 ]
