@@ -127,7 +127,9 @@ class FamilyChecks(NamedTuple):
     Attributes:
         model_kwargs: small sizes for prior-predictive draws and the short Geweke run, e.g.
             ``dict(N=12, D=4, K=2)``; the model's ``X`` must come out (N, D).
-        gibbs_table: ``() -> list of updates`` for the hand-derived Gibbs kernel, or None.
+        gibbs_table: ``() -> list of updates`` for the hand-derived Gibbs kernel, or None; a
+            table built per design (it reads fixed covariates such as labels) takes the model's
+            keyword arguments: ``(model_kwargs) -> list``.
         test_functions: Geweke test functions ``{name: values -> array}`` (identified ones).
         broken_site: a continuous site whose update the tests break (draw scaled by 0.8) to show
             the short Geweke run has the power to fail a wrong kernel.

@@ -12,7 +12,7 @@ from numpyro.infer import MCMC
 from latentzoo.inference.gibbs import ConjugateGibbs
 from latentzoo.inference.rank_svm.dp import dp_updates, t_lam_update
 from latentzoo.inference.rank_svm.gibbs import A_update, beta_update, lam_update, tau_update, z_update
-from latentzoo.inference.rank_svm.moves import scale_move
+from latentzoo.inference.rank_svm.moves import hierarchy_scale_move, scale_move
 from latentzoo.inference.rank_svm.shrinkage import tpb_updates
 from latentzoo.inference.validation import check_labelled
 from latentzoo.models.rank_factor_svm import VARIANTS, observed_data, rank_factor_svm
@@ -25,7 +25,7 @@ def rank_svm_updates(variant: str, *, y, pairs=None, scale: bool = True) -> list
 
     Order of a sweep: the augmentations (with t for NL), z, A, τ (G), β, the two shrinkage
     hierarchies, then the DP mixture's ν, α, μ, ψ (NL), then (``scale``) the factor-scale move
-    of :mod:`.moves`, our addition for mixing.
+    and the two hierarchy-scale moves of :mod:`.moves`, our additions for mixing.
     """
     if variant not in VARIANTS:
         raise ValueError(f"Unknown variant {variant!r}; choose one of {', '.join(VARIANTS)}.")
@@ -47,6 +47,8 @@ def rank_svm_updates(variant: str, *, y, pairs=None, scale: bool = True) -> list
         table += dp_updates()
     if scale:
         table.append(scale_move(mixture=mixture))
+        table.append(hierarchy_scale_move("A", "xi_a", "eta_a", "Phi_a", "Phi_tilde_a"))
+        table.append(hierarchy_scale_move("beta", "b_beta", "e_beta", "Phi_beta", "Phi_tilde_beta"))
     return table
 
 

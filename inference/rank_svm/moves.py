@@ -28,7 +28,7 @@ import numpyro.distributions as dist
 from latentzoo.inference.gig import GeneralizedInverseGaussian
 from latentzoo.inference.updates import Move, unwrap
 
-__all__ = ["scale_move"]
+__all__ = ["scale_move", "hierarchy_scale_move"]
 
 NORMAL = (dist.Normal,)
 
@@ -73,3 +73,45 @@ def scale_move(*, mixture: bool) -> Move:
     requires = {"z": NORMAL, "A": NORMAL, "beta": NORMAL, **({"mu": NORMAL} if mixture else {})}
     return Move("factor scales (z, A, beta)", up + ("A", "beta"), requires, step,
                 orbit, orbit_log_jacobian, coordinate)
+
+
+def hierarchy_scale_move(coef: str, variance: str, rate: str, scale: str, scale_rate: str) -> Move:
+    r"""Rescale one shrinkage hierarchy at once, the coefficients fixed: ξ → cξ, η → η/c,
+    Φ → cΦ, Φ̃ → Φ̃/c (names as :func:`~latentzoo.inference.rank_svm.shrinkage.tpb_updates`).
+
+    Every product ηξ, ΦΦ̃·(...) in the Gamma densities is unchanged, so with t = log c the
+    target along the orbit (Haar measure, Jacobian :math:`c^{n_\xi - n_\eta + n_\Phi - 1}`,
+    :math:`n_\xi = n_\eta`) reduces to
+    :math:`\log\pi(c) = -(n_\xi/2 + c_0)\log c - (Q/2 + d_0\tilde\Phi)/c`, with
+    :math:`Q = \sum (v - m)^2/\xi` and :math:`\tilde\Phi \sim \mathrm{Ga}(c_0, d_0)`: so
+    :math:`1/c \sim \mathrm{Ga}(n_\xi/2 + c_0,\ Q/2 + d_0\tilde\Phi)`, drawn exactly. The
+    Gibbs updates move the global scale only through one level at a time, which mixes slowly
+    when few coefficients inform it (β has K of them)."""
+
+    def act(values, c):
+        return {variance: values[variance] * c, rate: values[rate] / c,
+                scale: values[scale] * c, scale_rate: values[scale_rate] / c}
+
+    def step(key, values, obs, priors):
+        m = unwrap(priors[coef]).loc
+        top = unwrap(priors[scale_rate])
+        Q = jnp.sum((values[coef] - m) ** 2 / values[variance])
+        n = values[variance].size
+        g = dist.Gamma(0.5 * n + top.concentration, 0.5 * Q + top.rate * values[scale_rate]).sample(key)
+        return act(values, 1.0 / g)
+
+    def orbit(values, t):
+        return {**values, **act(values, jnp.exp(t[0]))}
+
+    def orbit_log_jacobian(values, t):
+        n = values[variance].size - values[rate].size + values[scale].size - 1
+        return n * t[0]
+
+    def coordinate(reference, values):
+        return jnp.log(values[variance].ravel()[:1] / reference[variance].ravel()[:1])
+
+    gamma = (dist.Gamma,)
+    requires = {coef: NORMAL, variance: gamma, rate: gamma, scale: gamma, scale_rate: gamma}
+    return Move(f"hierarchy scale ({variance}, {rate}, {scale}, {scale_rate})",
+                (variance, rate, scale, scale_rate), requires, step, orbit, orbit_log_jacobian,
+                coordinate)

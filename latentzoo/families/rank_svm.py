@@ -101,10 +101,11 @@ CHECK_PRIORS = {
 }
 
 
-def _table():
+def _table(model_kwargs=None):
+    """The R-L table for a checks design (the table reads its labels and pairs)."""
     from latentzoo.inference.rank_svm import rank_svm_updates
 
-    kw = RANK_SVM_CHECKS.model_kwargs
+    kw = model_kwargs or RANK_SVM_CHECKS.model_kwargs
     return rank_svm_updates("R-L", y=kw["y"], pairs=kw["pairs"])
 
 

@@ -17,7 +17,7 @@ from latentzoo.inference.gibbs import ConjugateGibbs
 from latentzoo.inference.rank_svm import rank_svm_updates
 from latentzoo.inference.rank_svm.dp import t_logits
 from latentzoo.inference.rank_svm.gibbs import hinge_lam_draw, lam_rate
-from latentzoo.inference.rank_svm.moves import scale_move
+from latentzoo.inference.rank_svm.moves import hierarchy_scale_move, scale_move
 from latentzoo.inference.updates import GibbsUpdate, unwrap
 from tests.inference.rank_svm_fixtures import PRIORS, design, duplicated, geweke_functions, table
 
@@ -273,10 +273,16 @@ def test_supplement_global_scale_lines_fail_the_conditional_check(fault):
 
 
 # ----------------------------------------------------------------------- the scale move
-@pytest.mark.parametrize("variant", ["G-L", "R-NL"])
-def test_scale_move_keeps_the_likelihood_and_samples_its_orbit(variant):
+@pytest.mark.parametrize("variant, which", [("G-L", "factor"), ("R-NL", "factor"),
+                                            ("R-NL", "A"), ("G-L", "beta")])
+def test_scale_moves_keep_the_likelihood_and_sample_their_orbit(variant, which):
+    """A wrong exponent in a move's GIG or Gamma draw moves the orbit's moments by tens of
+    standard errors (an exponent 1.0 n instead of 0.5 n in the hierarchy move: z = -113)."""
     d = design(variant, K=1)
-    move = scale_move(mixture=variant.endswith("NL"))
+    move = {"factor": lambda: scale_move(mixture=variant.endswith("NL")),
+            "A": lambda: hierarchy_scale_move("A", "xi_a", "eta_a", "Phi_a", "Phi_tilde_a"),
+            "beta": lambda: hierarchy_scale_move("beta", "b_beta", "e_beta", "Phi_beta",
+                                                 "Phi_tilde_beta")}[which]()
     assert check_likelihood_invariance(d[0], move, d[1], jax.random.PRNGKey(0),
                                        data_site=d[2]) < 1e-9
     res = check_move_on_orbit(d[0], move, d[1], jax.random.PRNGKey(1), data_site=d[2])
@@ -289,6 +295,6 @@ def test_scale_move_keeps_the_likelihood_and_samples_its_orbit(variant):
 def test_sbc_passes_on_every_variant(variant):
     d = design(variant, N=10)
     r = sbc(d[0], ConjugateGibbs(d[0], table(variant, d)), d[1], geweke_functions(variant),
-            jax.random.PRNGKey(12), num_simulations=100, num_warmup=100, num_draws=49, thin=2,
+            jax.random.PRNGKey(12), num_simulations=100, num_warmup=150, num_draws=49, thin=3,
             num_bins=5, data_site=d[2])
     assert r.passed, dict(zip(r.labels, np.round(r.p_values, 4)))
