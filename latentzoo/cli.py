@@ -288,7 +288,7 @@ def load_data(args, family, cfg):
         return kind.validate(kind.standardize(data), K=cfg.K, name=name)
     if args.standardize:
         return kind.standardize(data)
-    if kind.standardize is not None:
+    if kind.standardize is not None and not family.scale_free:
         note = scale_note(data[0] if isinstance(data, tuple) else data)
         if note:
             print(f"note: {note}", file=sys.stderr)

@@ -185,6 +185,9 @@ class Family(NamedTuple):
             the data kind (:data:`latentzoo.predictive_checks.DEFAULT_STATISTICS`).
         options: the family's own settings (:class:`Option`), e.g. a model variant; the CLI
             offers each as ``--<name>`` and refuses them for other families.
+        scale_free: True when the family's runners do not depend on the columns' scale (they
+            use ranks, or standardise themselves): the CLI's note on far-from-unit-scale data
+            does not apply.
     """
 
     name: str
@@ -202,6 +205,7 @@ class Family(NamedTuple):
     checks: FamilyChecks | None = None
     test_statistics: Mapping[str, Callable] | None = None
     options: tuple[Option, ...] = ()
+    scale_free: bool = False
 
     def method(self, name: str | None) -> Method:
         """The method called ``name`` (None: the default); ValueError naming the choices."""
