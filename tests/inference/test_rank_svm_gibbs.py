@@ -6,6 +6,8 @@ Thresholds: check_conditional's disagreement is round-off (< 1e-8) for a right c
 O(1) for a wrong one. The Geweke runs use Bonferroni-corrected z-scores at level 0.01; the
 planted faults move a site's stationary law by far more than the runs' standard errors."""
 
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -22,6 +24,14 @@ from latentzoo.inference.updates import GibbsUpdate, unwrap
 from tests.inference.rank_svm_fixtures import PRIORS, design, duplicated, geweke_functions, table
 
 VARIANTS = ("G-L", "R-L", "G-NL", "R-NL")
+
+# The full suite runs Geweke and SBC on G-L and R-NL (between them every model part: Gaussian
+# and rank features, one classifier and the DP mixture); R-L gets both from the registry's
+# conformance tests. LATENTZOO_THOROUGH=1 runs the remaining variants too (each passed when
+# recorded in docs/models/rank_factor_svm.md), keeping the suite within its time budget.
+THOROUGH = os.environ.get("LATENTZOO_THOROUGH") == "1"
+CI_VARIANTS = [v if v in ("G-L", "R-NL") else pytest.param(
+    v, marks=pytest.mark.skipif(not THOROUGH, reason="set LATENTZOO_THOROUGH=1")) for v in VARIANTS]
 
 
 def _random_priors(seed, n=3):
@@ -60,7 +70,7 @@ def _report(r):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("variant", CI_VARIANTS)
 def test_geweke_passes_on_every_variant(variant):
     r = _geweke(variant)
     assert r.passed, _report(r)
@@ -291,10 +301,13 @@ def test_scale_moves_keep_the_likelihood_and_sample_their_orbit(variant, which):
 
 # -------------------------------------------------------------------------------- SBC
 @pytest.mark.slow
-@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("variant", CI_VARIANTS)
 def test_sbc_passes_on_every_variant(variant):
+    """The DP mixture's beta-side scales (T K coefficients, most in empty components) need a
+    longer warm-up and thinning: at 150 / 3 R-NL's log e had p = 7e-5, at 400 / 8 p = 0.03."""
     d = design(variant, N=10)
+    warmup, thin = (400, 8) if variant.endswith("NL") else (150, 3)
     r = sbc(d[0], ConjugateGibbs(d[0], table(variant, d)), d[1], geweke_functions(variant),
-            jax.random.PRNGKey(12), num_simulations=100, num_warmup=150, num_draws=49, thin=3,
-            num_bins=5, data_site=d[2])
+            jax.random.PRNGKey(12), num_simulations=100, num_warmup=warmup, num_draws=49,
+            thin=thin, num_bins=5, data_site=d[2])
     assert r.passed, dict(zip(r.labels, np.round(r.p_values, 4)))
