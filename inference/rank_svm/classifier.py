@@ -16,7 +16,7 @@ from sklearn.utils.validation import check_is_fitted
 from latentzoo.inference.rank_svm.predict import predict_proba as _posterior_proba
 from latentzoo.models.rank_factor_svm import VARIANTS
 
-__all__ = ["RankFactorSVC"]
+__all__ = ["RankFactorSVC", "align_signs"]
 
 # the sites prediction reads, and those that flip sign with a factor (A_k, z_k, beta_k, mu_k)
 _KEEP = ("A", "beta", "z", "tau", "mu", "psi", "nu")
@@ -139,7 +139,7 @@ class RankFactorSVC(ClassifierMixin, BaseEstimator):
             samples = mcmc.get_samples()
         else:
             samples = self._vb_draws(Xs, y_pm)
-        self.posterior_ = _aligned({k: np.asarray(v) for k, v in samples.items() if k in _KEEP})
+        self.posterior_ = align_signs({k: np.asarray(v) for k, v in samples.items() if k in _KEEP})
         self.X_fit_ = Xs  # the training order the new samples' ranks are inserted into
         self.loadings_ = self.posterior_["A"].mean(0)
         self.coef_ = self.posterior_["beta"].mean(0)
@@ -187,7 +187,7 @@ class RankFactorSVC(ClassifierMixin, BaseEstimator):
         return self.classes_[positive.astype(int)]
 
 
-def _aligned(draws: dict) -> dict:
+def align_signs(draws: dict) -> dict:
     """Draws with each factor's sign flipped, draw by draw, to agree with the last draw's
     loadings (sign of the inner product of A[:, k]); the flip is applied to A, z, β and μ
     together, which leaves the likelihood and every prediction unchanged."""

@@ -102,13 +102,13 @@ def test_gaussian_variant_standardises_and_keeps_a_constant_column():
 
 
 def test_sign_alignment_leaves_one_sign_per_factor():
-    from latentzoo.inference.rank_svm.classifier import _aligned
+    from latentzoo.inference.rank_svm.classifier import align_signs
 
     rng = np.random.default_rng(0)
     A = rng.normal(size=(1, 5, 2)) + np.array([2.0, -1.0])
     flips = np.array([1, -1, 1, -1, -1, 1])[:, None, None] * np.array([1, -1])  # (6, 1, 2)
     draws = {"A": A * flips, "z": np.ones((6, 3, 2)) * flips, "beta": np.ones((6, 1, 2)) * flips}
-    out = _aligned(draws)
+    out = align_signs(draws)
     np.testing.assert_allclose(out["A"], np.broadcast_to(out["A"][-1], out["A"].shape))
     # z and beta flip with A: their ratio to A (the identified products) is unchanged
     np.testing.assert_allclose(out["z"] / out["A"][:, :1], draws["z"] / draws["A"][:, :1])
