@@ -25,7 +25,8 @@ def rank_svm_updates(variant: str, *, y, pairs=None, scale: bool = True) -> list
 
     Order of a sweep: the augmentations (with t for NL), z, A, τ (G), β, the two shrinkage
     hierarchies, then the DP mixture's ν, α, μ, ψ (NL), then (``scale``) the factor-scale move
-    and the two hierarchy-scale moves of :mod:`.moves`, our additions for mixing.
+    and the two hierarchy-scale moves of :mod:`latentzoo.inference.rank_svm.moves`, our
+    additions for mixing.
     """
     if variant not in VARIANTS:
         raise ValueError(f"Unknown variant {variant!r}; choose one of {', '.join(VARIANTS)}.")

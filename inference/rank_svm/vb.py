@@ -12,7 +12,7 @@ isotropic Gaussians for μ_t, categorical for t_n.
 ELBO never decreases):
 
 - λ (V4): q(λ) = GIG(1 + 2ρ, E[c²], ½), c = margin − score: so E[1/λ] = √((1 + 2ρ)/E[c²]). The
-  supplement's ⟨λ⁻¹⟩ = 1/|⟨c⟩| is a point plug-in of the Gibbs conditional (it ignores Var c), and
+  supplement's ⟨λ⁻¹⟩ = 1/abs(⟨c⟩) is a point plug-in of the Gibbs conditional (it ignores Var c), and
   its λ^u line has the signs of c swapped.
 - a hinge with weight w = E[1/λ] contributes −(w/2)s² + s(w·margin + 1) to the log joint in its
   score s (V5), a Gaussian pseudo-observation; so q(z_n), q(a_i), q(β_t) are Gaussians (V8).
