@@ -50,7 +50,6 @@ import numpyro.distributions as dist
 from numpyro.distributions import constraints
 from numpyro.infer import Predictive
 
-from latentzoo.inference.gaussian import gaussian_draw
 from latentzoo.inference.gig import polson_scott_lambda
 from latentzoo.models.rank_factor_svm import VARIANTS, default_priors, stick_weights
 
@@ -113,6 +112,45 @@ def label_probability(u):
     return jax.nn.sigmoid(2.0 * jnp.maximum(0.0, 1.0 + u) - 2.0 * jnp.maximum(0.0, 1.0 - u))
 
 
+# ------------------------------------------------------------ small Gaussian blocks, plain jnp
+# The draws below run inside a loop over sweeps that is vmapped over posterior draws. There,
+# LAPACK's batched Cholesky (a custom call) has left XLA's CPU runtime waiting forever on its
+# thread pool (jaxlib 0.10, batches of ~3000 10 x 10 matrices, intermittently), so these small
+# K x K factorisations are written out in elementwise jnp operations, unrolled over K.
+def _cholesky(P):
+    """Lower Cholesky factor of a batch of small SPD matrices (..., K, K)."""
+    K = P.shape[-1]
+    L = jnp.zeros_like(P)
+    for j in range(K):
+        d = jnp.sqrt(P[..., j, j] - jnp.sum(L[..., j, :j] ** 2, -1))
+        col = (P[..., j + 1:, j] - jnp.sum(L[..., j + 1:, :j] * L[..., j, None, :j], -1)) / d[..., None]
+        L = L.at[..., j, j].set(d).at[..., j + 1:, j].set(col)
+    return L
+
+
+def _forward(L, b):
+    """Solve L x = b (L lower, (..., K, K); b (..., K))."""
+    x = jnp.zeros_like(b)
+    for j in range(b.shape[-1]):
+        x = x.at[..., j].set((b[..., j] - jnp.sum(L[..., j, :j] * x[..., :j], -1)) / L[..., j, j])
+    return x
+
+
+def _backward(L, b):
+    """Solve Lᵀ x = b (L lower)."""
+    K = b.shape[-1]
+    x = jnp.zeros_like(b)
+    for j in reversed(range(K)):
+        x = x.at[..., j].set((b[..., j] - jnp.sum(L[..., j + 1:, j] * x[..., j + 1:], -1)) / L[..., j, j])
+    return x
+
+
+def _gaussian_draw(key, P, h):
+    """One draw of N(P⁻¹h, P⁻¹) per row: x = L⁻ᵀ(L⁻¹h + ε), P = LLᵀ."""
+    L = _cholesky(P)
+    return _backward(L, _forward(L, h) + jax.random.normal(key, h.shape, h.dtype))
+
+
 # ------------------------------------------------------------------------ one posterior draw
 def _prior_of_t(draw, t, K):
     """The z prior's precision s (M,) and mean m (M, K) of component t (M,) (L: N(0, I))."""
@@ -149,7 +187,8 @@ def _rank_states(key, draw, ranks, epsilon, num_sweeps, burn_in):
     z_bar = z_sum / jnp.maximum(1.0, jnp.sum(m_lo + m_hi, -1))[:, None]
     P0 = jnp.eye(K) + jnp.einsum("md,dk,dj->mkj", known, A, A)
     h0 = z_bar + jnp.einsum("md,dk->mk", known * target, A)
-    z0 = jnp.linalg.solve(P0, h0[..., None])[..., 0]
+    L0 = _cholesky(P0)
+    z0 = _backward(L0, _forward(L0, h0))
 
     def sweep(state, key):
         z, t = state
@@ -164,7 +203,7 @@ def _rank_states(key, draw, ranks, epsilon, num_sweeps, burn_in):
         P = s[:, None, None] * jnp.eye(K) + jnp.einsum("md,dk,dj->mkj", g_lo + g_hi, A, A)
         lin = g_lo * (w_lo + epsilon + lam_lo) + g_hi * (w_hi - epsilon - lam_hi)
         h = s[:, None] * m + lin @ A
-        z = gaussian_draw(k_z, P, h)
+        z = _gaussian_draw(k_z, P, h)
         return (z, t), (z, t)
 
     keys = jax.random.split(key, num_sweeps)
@@ -183,14 +222,13 @@ def _gaussian_states(key, draw, X_new, num_states):
     if "mu" in draw:
         mu, psi = draw["mu"], draw["psi"]
         prec = psi[:, None, None] * jnp.eye(K) + AtA  # (T, K, K)
-        L = jnp.linalg.cholesky(prec)
+        L = _cholesky(prec)
         # log N(x*; Aμ_t, AAᵀ/ψ_t + diag(1/τ)) up to terms free of t, through K x K algebra:
         # r = x* - Aμ_t, rᵀC⁻¹r = rᵀdiag(τ)r - vᵀ prec_t⁻¹ v with v = Aᵀdiag(τ)r
         v = b[:, None, :] - (mu @ AtA)[None]  # (M, T, K)
         xtx = jnp.sum(X_new**2 * tau, -1)[:, None]  # (M, 1)
         rtr = xtx - 2.0 * (b @ mu.T) + jnp.einsum("tk,kj,tj->t", mu, AtA, mu)[None]
-        Lb = jnp.broadcast_to(L, (M,) + L.shape)
-        sol = jax.scipy.linalg.solve_triangular(Lb, v[..., None], lower=True)[..., 0]
+        sol = _forward(L[None], v)  # (M, T, K)
         quad = rtr - jnp.sum(sol**2, -1)
         logdet = 2.0 * jnp.sum(jnp.log(jnp.diagonal(L, axis1=-2, axis2=-1)), -1) - K * jnp.log(psi)
         logits = jnp.log(stick_weights(draw["nu"]))[None] - 0.5 * (logdet[None] + quad)
@@ -200,7 +238,7 @@ def _gaussian_states(key, draw, X_new, num_states):
         t = jnp.zeros((num_states, M), jnp.int32)
         P = jnp.eye(K) + AtA
         h = jnp.broadcast_to(b, (num_states, M, K))
-    return gaussian_draw(k_z, P, h), t
+    return _gaussian_draw(k_z, P, h), t
 
 
 # ----------------------------------------------------------------------------- the API

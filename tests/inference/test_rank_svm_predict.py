@@ -65,6 +65,21 @@ def test_insert_ranks_pairs_with_the_nearest_strictly_lower_and_upper_samples():
     assert {(int(a), int(b)) for a, b in zip(p.lo, p.hi)} == {(0, 1), (2, 4), (1, 3), (4, 5)}
 
 
+def test_small_cholesky_and_solves_match_lapack():
+    """The jnp-only K x K algebra the draws use (LAPACK's batched Cholesky inside the vmapped
+    sweeps has hung XLA's CPU runtime) against NumPy."""
+    from latentzoo.inference.rank_svm.predict import _backward, _cholesky, _forward
+
+    rng = np.random.default_rng(0)
+    B = rng.normal(size=(4, 3, 5, 5))
+    P = B @ np.swapaxes(B, -1, -2) + 0.3 * np.eye(5)
+    b = rng.normal(size=(4, 3, 5))
+    L = np.asarray(_cholesky(P))
+    np.testing.assert_allclose(L, np.linalg.cholesky(P), atol=1e-12)
+    np.testing.assert_allclose(_backward(L, _forward(L, b)), np.linalg.solve(P, b[..., None])[..., 0],
+                               atol=1e-10)
+
+
 def test_label_probability_is_the_normalised_hinge():
     u = np.array([-3.0, -1.0, -0.2, 0.0, 0.5, 1.0, 4.0])
     h = lambda c: np.exp(-2.0 * np.maximum(0.0, c))  # noqa: E731
