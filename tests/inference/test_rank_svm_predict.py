@@ -80,6 +80,21 @@ def test_small_cholesky_and_solves_match_lapack():
                                atol=1e-10)
 
 
+def test_small_gaussian_draw_has_the_precisions_inverse_as_covariance():
+    """40000 draws with a strongly correlated 3 x 3 precision: mean P⁻¹h and covariance P⁻¹
+    within 4% of the largest entry (noise through L⁻¹ instead of L⁻ᵀ is off by ~50%)."""
+    import jax
+
+    from latentzoo.inference.rank_svm.predict import _gaussian_draw
+
+    P = np.array([[2.0, 1.5, 0.2], [1.5, 3.0, -1.0], [0.2, -1.0, 1.0]])
+    h = np.array([0.5, -1.0, 2.0])
+    x = np.asarray(jax.vmap(lambda k: _gaussian_draw(k, P, h))(jax.random.split(jax.random.PRNGKey(0), 40000)))
+    cov = np.linalg.inv(P)
+    np.testing.assert_allclose(x.mean(0), cov @ h, atol=0.04 * np.abs(cov).max())
+    np.testing.assert_allclose(np.cov(x.T), cov, atol=0.04 * np.abs(cov).max())
+
+
 def test_label_probability_is_the_normalised_hinge():
     u = np.array([-3.0, -1.0, -0.2, 0.0, 0.5, 1.0, 4.0])
     h = lambda c: np.exp(-2.0 * np.maximum(0.0, c))  # noqa: E731
