@@ -17,10 +17,15 @@ PAIRS = [(f.name, m.name) for f in families().values() for m in f.methods
 
 @pytest.mark.parametrize("model, method", PAIRS, ids=[f"{a}-{b}" for a, b in PAIRS])
 def test_sampler_runs_through_the_cli(model, method, tmp_path, capsys):
-    data = np.asarray(families()[model].default_data(0))[:40]
-    np.save(tmp_path / "x.npy", data)
+    data = families()[model].default_data(0)
+    if isinstance(data, tuple):  # labelled data: features and labels in one .npz
+        path = tmp_path / "x.npz"
+        np.savez(path, X=np.asarray(data[0])[:40], y=np.asarray(data[1])[:40])
+    else:
+        path = tmp_path / "x.npy"
+        np.save(path, np.asarray(data)[:40])
     out = tmp_path / "run"
-    argv = ["run", model, "--method", method, "--data", str(tmp_path / "x.npy"), "--chains", "2",
+    argv = ["run", model, "--method", method, "--data", str(path), "--chains", "2",
             "--samples", "20", "--warmup", "10", "--no-progress", "--out", str(out)]
     code = main(argv)
     assert code == 0, capsys.readouterr().err
