@@ -239,7 +239,7 @@ def _labelled_load(path):
     A = load_array(path, exts=(".csv", ".txt", ".npy"))
     A = np.asarray(A)
     if A.ndim != 2 or A.shape[1] < 2:
-        raise ValueError(f"{path} must have at least two columns: features, then the label last.")
+        raise ValueError(f"{path} must be a 2-D table with at least two columns: features, then the label last.")
     return A[:, :-1], A[:, -1]
 
 

@@ -130,7 +130,8 @@ MODEL_CASES = [
     for case, make, phrase in [
         ("K too large", _npy("g.npy", _GOOD), "smaller than"),
         ("huge scale", _npy("huge.npy", _NONBINARY * 1e200 if f.data_kind.name == "matrix"
-                             else _GOOD * 2), "scale" if f.data_kind.name == "matrix" else "0 or 1"),
+                             else _GOOD * 2),
+         {"matrix": "scale", "labelled matrix": "labels"}.get(f.data_kind.name, "0 or 1")),
     ]
 ]
 
