@@ -54,6 +54,10 @@ from latentzoo.inference.gig import polson_scott_lambda
 from latentzoo.models.rank_factor_svm import VARIANTS, default_priors, stick_weights
 
 __all__ = [
+    "small_cholesky",
+    "forward_solve",
+    "backward_solve",
+    "small_gaussian_draw",
     "NewRanks",
     "insert_ranks",
     "label_probability",
@@ -117,7 +121,7 @@ def label_probability(u):
 # LAPACK's batched Cholesky (a custom call) has left XLA's CPU runtime waiting forever on its
 # thread pool (jaxlib 0.10, batches of ~3000 10 x 10 matrices, intermittently), so these small
 # K x K factorisations are written out in elementwise jnp operations, unrolled over K.
-def _cholesky(P):
+def small_cholesky(P):
     """Lower Cholesky factor of a batch of small SPD matrices (..., K, K)."""
     K = P.shape[-1]
     L = jnp.zeros_like(P)
@@ -128,7 +132,7 @@ def _cholesky(P):
     return L
 
 
-def _forward(L, b):
+def forward_solve(L, b):
     """Solve L x = b (L lower, (..., K, K); b (..., K))."""
     x = jnp.zeros_like(b)
     for j in range(b.shape[-1]):
@@ -136,7 +140,7 @@ def _forward(L, b):
     return x
 
 
-def _backward(L, b):
+def backward_solve(L, b):
     """Solve Lᵀ x = b (L lower)."""
     K = b.shape[-1]
     x = jnp.zeros_like(b)
@@ -145,10 +149,10 @@ def _backward(L, b):
     return x
 
 
-def _gaussian_draw(key, P, h):
+def small_gaussian_draw(key, P, h):
     """One draw of N(P⁻¹h, P⁻¹) per row: x = L⁻ᵀ(L⁻¹h + ε), P = LLᵀ."""
-    L = _cholesky(P)
-    return _backward(L, _forward(L, h) + jax.random.normal(key, h.shape, h.dtype))
+    L = small_cholesky(P)
+    return backward_solve(L, forward_solve(L, h) + jax.random.normal(key, h.shape, h.dtype))
 
 
 # ------------------------------------------------------------------------ one posterior draw
@@ -187,8 +191,8 @@ def _rank_states(key, draw, ranks, epsilon, num_sweeps, burn_in):
     z_bar = z_sum / jnp.maximum(1.0, jnp.sum(m_lo + m_hi, -1))[:, None]
     P0 = jnp.eye(K) + jnp.einsum("md,dk,dj->mkj", known, A, A)
     h0 = z_bar + jnp.einsum("md,dk->mk", known * target, A)
-    L0 = _cholesky(P0)
-    z0 = _backward(L0, _forward(L0, h0))
+    L0 = small_cholesky(P0)
+    z0 = backward_solve(L0, forward_solve(L0, h0))
 
     def sweep(state, key):
         z, t = state
@@ -203,7 +207,7 @@ def _rank_states(key, draw, ranks, epsilon, num_sweeps, burn_in):
         P = s[:, None, None] * jnp.eye(K) + jnp.einsum("md,dk,dj->mkj", g_lo + g_hi, A, A)
         lin = g_lo * (w_lo + epsilon + lam_lo) + g_hi * (w_hi - epsilon - lam_hi)
         h = s[:, None] * m + lin @ A
-        z = _gaussian_draw(k_z, P, h)
+        z = small_gaussian_draw(k_z, P, h)
         return (z, t), (z, t)
 
     keys = jax.random.split(key, num_sweeps)
@@ -222,13 +226,13 @@ def _gaussian_states(key, draw, X_new, num_states):
     if "mu" in draw:
         mu, psi = draw["mu"], draw["psi"]
         prec = psi[:, None, None] * jnp.eye(K) + AtA  # (T, K, K)
-        L = _cholesky(prec)
+        L = small_cholesky(prec)
         # log N(x*; Aμ_t, AAᵀ/ψ_t + diag(1/τ)) up to terms free of t, through K x K algebra:
         # r = x* - Aμ_t, rᵀC⁻¹r = rᵀdiag(τ)r - vᵀ prec_t⁻¹ v with v = Aᵀdiag(τ)r
         v = b[:, None, :] - (mu @ AtA)[None]  # (M, T, K)
         xtx = jnp.sum(X_new**2 * tau, -1)[:, None]  # (M, 1)
         rtr = xtx - 2.0 * (b @ mu.T) + jnp.einsum("tk,kj,tj->t", mu, AtA, mu)[None]
-        sol = _forward(L[None], v)  # (M, T, K)
+        sol = forward_solve(L[None], v)  # (M, T, K)
         quad = rtr - jnp.sum(sol**2, -1)
         logdet = 2.0 * jnp.sum(jnp.log(jnp.diagonal(L, axis1=-2, axis2=-1)), -1) - K * jnp.log(psi)
         logits = jnp.log(stick_weights(draw["nu"]))[None] - 0.5 * (logdet[None] + quad)
@@ -238,7 +242,7 @@ def _gaussian_states(key, draw, X_new, num_states):
         t = jnp.zeros((num_states, M), jnp.int32)
         P = jnp.eye(K) + AtA
         h = jnp.broadcast_to(b, (num_states, M, K))
-    return _gaussian_draw(k_z, P, h), t
+    return small_gaussian_draw(k_z, P, h), t
 
 
 # ----------------------------------------------------------------------------- the API

@@ -68,15 +68,15 @@ def test_insert_ranks_pairs_with_the_nearest_strictly_lower_and_upper_samples():
 def test_small_cholesky_and_solves_match_lapack():
     """The jnp-only K x K algebra the draws use (LAPACK's batched Cholesky inside the vmapped
     sweeps has hung XLA's CPU runtime) against NumPy."""
-    from latentzoo.inference.rank_svm.predict import _backward, _cholesky, _forward
+    from latentzoo.inference.rank_svm.predict import backward_solve, small_cholesky, forward_solve
 
     rng = np.random.default_rng(0)
     B = rng.normal(size=(4, 3, 5, 5))
     P = B @ np.swapaxes(B, -1, -2) + 0.3 * np.eye(5)
     b = rng.normal(size=(4, 3, 5))
-    L = np.asarray(_cholesky(P))
+    L = np.asarray(small_cholesky(P))
     np.testing.assert_allclose(L, np.linalg.cholesky(P), atol=1e-12)
-    np.testing.assert_allclose(_backward(L, _forward(L, b)), np.linalg.solve(P, b[..., None])[..., 0],
+    np.testing.assert_allclose(backward_solve(L, forward_solve(L, b)), np.linalg.solve(P, b[..., None])[..., 0],
                                atol=1e-10)
 
 
@@ -85,11 +85,11 @@ def test_small_gaussian_draw_has_the_precisions_inverse_as_covariance():
     within 4% of the largest entry (noise through L⁻¹ instead of L⁻ᵀ is off by ~50%)."""
     import jax
 
-    from latentzoo.inference.rank_svm.predict import _gaussian_draw
+    from latentzoo.inference.rank_svm.predict import small_gaussian_draw
 
     P = np.array([[2.0, 1.5, 0.2], [1.5, 3.0, -1.0], [0.2, -1.0, 1.0]])
     h = np.array([0.5, -1.0, 2.0])
-    x = np.asarray(jax.vmap(lambda k: _gaussian_draw(k, P, h))(jax.random.split(jax.random.PRNGKey(0), 40000)))
+    x = np.asarray(jax.vmap(lambda k: small_gaussian_draw(k, P, h))(jax.random.split(jax.random.PRNGKey(0), 40000)))
     cov = np.linalg.inv(P)
     np.testing.assert_allclose(x.mean(0), cov @ h, atol=0.04 * np.abs(cov).max())
     np.testing.assert_allclose(np.cov(x.T), cov, atol=0.04 * np.abs(cov).max())
