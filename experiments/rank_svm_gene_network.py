@@ -4,11 +4,12 @@ standardised), which stands in for the paper's gene-expression data (not shipped
 
 The variants are fitted by Gibbs with K factors on a stratified training split (the rest gives a
 held-out accuracy, next to logistic regression's). Figure 3: the posterior mean of each variant's
-classifier coefficients β (T x K; one row for L). Figure 4: the feature network of R-L: per draw,
-the correlation of the features' loading vectors, C_ij = (AAᵀ)_ij / √((AAᵀ)_ii (AAᵀ)_jj) (which
-no sign flip or rotation of the factors changes), averaged over draws; features are linked where
-|C_ij| >= ``--threshold``, the ``--max-edges`` strongest links kept. The edge list (bounded by
-``--max-edges``) goes to the JSON, with the rank correlation between C and the features' own
+classifier coefficients β (T x K; one row for L). Figure 4: the feature network of each fitted
+variant (R-L, as in the supplement, and G-L when fitted): per draw, the correlation of the
+features' loading vectors, C_ij = (AAᵀ)_ij / √((AAᵀ)_ii (AAᵀ)_jj) (which no sign flip or rotation
+of the factors changes), averaged over draws; features are linked where |C_ij| >=
+``--threshold``, the ``--max-edges`` strongest links kept. The edge lists (bounded by
+``--max-edges``) go to the JSON, each with the rank correlation between C and the features' own
 Spearman correlations as a check that the network reflects the data.
 
     python experiments/rank_svm_gene_network.py [--quick] [--K 10] [--out DIR] [--json FILE]
@@ -90,18 +91,26 @@ def plot_coefficients(fitted: dict, path: str) -> None:
     plt.close(fig)
 
 
-def plot_network(C: np.ndarray, edges: list[dict], names, path: str) -> None:
-    """Features on a circle; links coloured by sign, widths by |C|."""
+def plot_networks(networks: dict, names, path: str) -> None:
+    """One panel per variant: features on a circle, links coloured by sign, widths by |C|."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    fig, axes = plt.subplots(1, len(networks), figsize=(7.5 * len(networks), 7.5), squeeze=False)
+    for ax, (variant, net) in zip(axes[0], networks.items()):
+        _network_panel(ax, net["edges"], names, f"{variant}: {len(net['edges'])} links (red +, blue -); "
+                       f"rank corr. with the data's {net['agreement']:.2f}")
+    save_figure(fig, path)
+    plt.close(fig)
+
+
+def _network_panel(ax, edges: list[dict], names, title: str) -> None:
     D = len(names)
     angle = 2 * np.pi * np.arange(D) / D
     xy = np.stack([np.cos(angle), np.sin(angle)], 1)
     where = {n: k for k, n in enumerate(names)}
-    fig, ax = plt.subplots(figsize=(7.5, 7.5))
     for e in edges:
         a, b = xy[where[e["a"]]], xy[where[e["b"]]]
         ax.plot([a[0], b[0]], [a[1], b[1]], color="tab:red" if e["weight"] > 0 else "tab:blue",
@@ -114,10 +123,7 @@ def plot_network(C: np.ndarray, edges: list[dict], names, path: str) -> None:
     ax.set_ylim(-1.7, 1.7)
     ax.set_aspect("equal")
     ax.axis("off")
-    ax.set_title(f"Feature network from the R-L loadings ({len(edges)} links; red +, blue -)",
-                 fontsize=9)
-    save_figure(fig, path)
-    plt.close(fig)
+    ax.set_title(title, fontsize=9)
 
 
 def main(argv=None):
@@ -163,24 +169,30 @@ def main(argv=None):
 
     from scipy.stats import spearmanr
 
-    C = loading_correlation(fitted["R-L"].posterior_["A"])
-    edges = network_edges(C, names, args.threshold, args.max_edges)
     iu = np.triu_indices(len(names), 1)
     rho_features = spearmanr(X[tr]).statistic[iu]
-    agreement = float(spearmanr(C[iu], rho_features).statistic)
-    print(f"\nnetwork: {len(edges)} links with |C| >= {args.threshold} (at most {args.max_edges}); "
-          f"rank correlation of C with the features' Spearman correlations: {agreement:.3f}")
-    for e in edges[:10]:
-        print(f"  {e['a']:<24} {e['b']:<24} {e['weight']:+.3f}")
+    networks = {}
+    for v in ("R-L", "G-L"):
+        if v not in fitted:
+            continue
+        C = loading_correlation(fitted[v].posterior_["A"])
+        edges = network_edges(C, names, args.threshold, args.max_edges)
+        agreement = float(spearmanr(C[iu], rho_features).statistic)
+        networks[v] = {"edges": edges, "agreement": agreement,
+                       "mean_abs_loading": float(np.abs(fitted[v].loadings_).mean())}
+        print(f"\n{v} network: {len(edges)} links with |C| >= {args.threshold} (at most "
+              f"{args.max_edges}); rank correlation of C with the features' Spearman "
+              f"correlations: {agreement:.3f}; mean |A| {networks[v]['mean_abs_loading']:.3f}")
+        for e in edges[:10]:
+            print(f"  {e['a']:<24} {e['b']:<24} {e['weight']:+.3f}")
     plot_coefficients(fitted, os.path.join(args.out, f"{PROG}_beta.png"))
-    plot_network(C, edges, names, os.path.join(args.out, f"{PROG}_network.png"))
+    plot_networks(networks, names, os.path.join(args.out, f"{PROG}_network.png"))
     result = {
         "data": data_name, "N": int(len(y)), "D": int(X.shape[1]), "K": args.K, "T": args.T,
         "warmup": args.warmup, "samples": args.samples, "seed": args.seed,
         "train_fraction": args.train_fraction, "accuracy": accuracy, "seconds": seconds,
         "beta": {v: est.coef_.round(4).tolist() for v, est in fitted.items()},
-        "threshold": args.threshold, "max_edges": args.max_edges, "edges": edges,
-        "loading_vs_feature_correlation": agreement,
+        "threshold": args.threshold, "max_edges": args.max_edges, "networks": networks,
         "figures": [f"{PROG}_beta.png", f"{PROG}_network.png"],
     }
     write_json(args.json or os.path.join(args.out, f"{PROG}.json"), result)
