@@ -147,6 +147,18 @@ def classifier(variant: str, args, seed: int):
                          num_samples=args.samples, seed=seed, max_draws=args.max_draws)
 
 
+def release_compiled() -> None:
+    """Drop JAX's compiled programs (call after each fit). Every fit compiles its own programs
+    (the labels and rank pairs are constants in them), and a process that keeps them all runs
+    out of memory maps (vm.max_map_count): a full digits run died in LLVM after 23 fits."""
+    import gc
+
+    import jax
+
+    jax.clear_caches()
+    gc.collect()
+
+
 def factor_order(est) -> np.ndarray:
     """Factors by decreasing mean |β| over the classifiers (the discriminative ones first)."""
     return np.argsort(-np.abs(est.coef_).mean(0))
@@ -217,6 +229,8 @@ def main(argv=None):
             print(f"split {s}: {name:<19} accuracy {score:.4f}  ({seconds[name][-1]:.1f} s)", flush=True)
             if s == 0 and name in variants:
                 first[name] = model
+            if name in variants:
+                release_compiled()
 
     summary = {m: dict(zip(("mean", "sd"), mean_sd(acc[m])), seconds_mean=float(np.mean(seconds[m])))
                for m in methods}

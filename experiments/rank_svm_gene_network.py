@@ -37,6 +37,7 @@ from rank_svm_digits import (  # noqa: E402
     factor_order,
     load_labelled,
     parse_variants,
+    release_compiled,
     settle,
     splits,
 )
@@ -162,6 +163,7 @@ def main(argv=None):
         accuracy[v] = float(est.score(X[te], y[te]))
         seconds[v] = time.perf_counter() - t
         fitted[v] = est
+        release_compiled()
         print(f"{v:<18} held-out accuracy {accuracy[v]:.4f}  ({seconds[v]:.1f} s)", flush=True)
     lr = baseline_models(args.seed)["LogisticRegression"].fit(X[tr], y[tr])
     accuracy["LogisticRegression"] = float(lr.score(X[te], y[te]))

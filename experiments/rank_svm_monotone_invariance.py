@@ -36,6 +36,7 @@ from rank_svm_digits import (  # noqa: E402
     load_labelled,
     mean_sd,
     parse_variants,
+    release_compiled,
     settle,
     splits,
 )
@@ -97,6 +98,8 @@ def main(argv=None):
                 change[m][t] = max(change[m][t], float(np.abs(p - base).max()))
                 if m in identical and not np.array_equal(p, base):
                     identical[m] = False
+                if m != "LogisticRegression":
+                    release_compiled()
                 print(f"split {s}: {m:<18} {t:<9} accuracy {acc[m][t][-1]:.4f}  "
                       f"max |dp| vs identity {np.abs(p - base).max():.3g}", flush=True)
 
