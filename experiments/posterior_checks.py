@@ -295,6 +295,9 @@ def run(args) -> int:
     t_start = time.perf_counter()
     family = get_family(args.model)
     method = family.method(args.method)
+    if family.posterior_predictive is None:
+        raise ValueError(f"The {family.name} model has no posterior predictive of its data table "
+                         f"to check; its docs ({family.docs}) say which checks it has.")
     if method.streaming:
         raise ValueError(f"Method {method.name!r} streams its data and keeps none for the checks; "
                          f"choose one of {', '.join(m.name for m in family.methods if not m.streaming)}.")

@@ -38,6 +38,7 @@ __all__ = [
     "load",
     "loo_pit",
     "add_posterior_predictive",
+    "add_observed_data",
     "group_names",
     "posterior_attrs",
     "set_posterior_attrs",
@@ -205,6 +206,18 @@ def add_posterior_predictive(idata, predictive: dict):
     dims, coords = _dims_of_observed(idata, predictive, leading=False)
     _set_group(idata, "posterior_predictive",
                _from_groups(posterior_predictive=predictive, coords=coords, dims=dims))
+    return idata
+
+
+def add_observed_data(idata, observed: dict):
+    """Add arrays (no chain/draw axes) to the observed_data group, keeping what is there (a
+    label the model takes as an argument, not as an observed site); returns ``idata``."""
+    merged = {}
+    if "observed_data" in group_names(idata):
+        merged = {str(k): np.asarray(idata.observed_data[k].values)
+                  for k in idata.observed_data.data_vars}
+    merged.update({k: np.asarray(v) for k, v in observed.items()})
+    _set_group(idata, "observed_data", _from_groups(observed_data=merged))
     return idata
 
 

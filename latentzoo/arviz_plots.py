@@ -199,8 +199,9 @@ def plot_ppc(idata, path: str, var_names=None, num_pp_samples=100, title: str | 
     if "posterior_predictive" not in group_names(idata):
         raise ValueError("plot_ppc needs a posterior_predictive group; see add_posterior_predictive.")
     names = [var_names] if isinstance(var_names, str) else var_names
-    if names is None:
+    if names is None:  # what was replicated (observed sites without replicates are skipped)
         names = [str(n) for n in idata.posterior_predictive.data_vars]
+    var_names = names
     title = title or run_title(idata)
     if len(names) == 1 and "observed_data" in group_names(idata) \
             and names[0] in idata.observed_data.data_vars:

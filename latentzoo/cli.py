@@ -570,6 +570,12 @@ def _cmd_diagnose(args) -> int:
             replicated = family.posterior_predictive(idata)
             azx.add_posterior_predictive(idata, replicated)
             num = min(100, int(replicated["X"].shape[1]))  # a point fit has one replicate per draw
+        elif "posterior_predictive" in groups:  # replicates the fit stored (a classifier's labels)
+            sizes = idata.posterior_predictive.sizes
+            num = min(100, int(sizes.get("chain", 1) * sizes.get("draw", 1)))
+        else:
+            num = 0
+        if num:
             with writing(os.path.join(args.run_dir, "ppc.png"), args.run_dir):
                 azp.plot_ppc(idata, os.path.join(stage, "ppc.png"), num_pp_samples=num)
             wrote.append("ppc.png")

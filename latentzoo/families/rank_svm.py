@@ -71,7 +71,21 @@ def _run_mcmc(data, cfg, *, nuts: bool):
     init = inits[0] if cfg.chains == 1 else jax.tree_util.tree_map(lambda *a: jnp.stack(a), *inits)
     mcmc = runs.run_mcmc(kernel, cfg, obs, init_params=init)
     u = mcmc.get_samples(group_by_chain=True)["u"]
-    return runs.mcmc_idata(mcmc, drop=DROP, log_likelihood={"y": _hinge_loglik(y, u)})
+    idata = runs.mcmc_idata(mcmc, drop=DROP, log_likelihood={"y": _hinge_loglik(y, u)})
+    return _with_label_predictive(idata, y, u, cfg.seed)
+
+
+def _with_label_predictive(idata, y, u, seed):
+    """Attach the labels as observed data and their posterior predictive: one replicate
+    y_rep (chains, draws, N) in {-1, +1} per draw, from the normalised hinge p(y = +1 | u_n)
+    (the classifier's pseudo-likelihood over the two labels), so ``az.plot_ppc`` works."""
+    from latentzoo import arviz_adapter as azx
+    from latentzoo.inference.rank_svm.predict import label_probability
+
+    p = np.asarray(label_probability(jnp.asarray(u)))
+    y_rep = np.where(np.random.default_rng(seed).uniform(size=p.shape) < p, 1, -1)
+    azx.add_observed_data(idata, {"y": np.asarray(y, dtype=int)})
+    return azx.add_posterior_predictive(idata, {"y": y_rep})
 
 
 def _run_vb(data, cfg):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from latentzoo import arviz_adapter as azx
 from latentzoo.cli import main
 from latentzoo.registry import families
 
@@ -31,3 +32,9 @@ def test_sampler_runs_through_the_cli(model, method, tmp_path, capsys):
     assert code == 0, capsys.readouterr().err
     for name in ("posterior.nc", "summary.csv", "trace.png"):
         assert (out / name).stat().st_size > 0
+    # diagnose draws the posterior predictive check wherever there is one to draw: the family's
+    # replicated data, or replicates the run stored itself (a classifier's labels)
+    assert main(["diagnose", str(out)]) == 0, capsys.readouterr().err
+    stored = "posterior_predictive" in azx.group_names(azx.load(str(out / "posterior.nc")))
+    if families()[model].posterior_predictive is not None or stored:
+        assert (out / "ppc.png").stat().st_size > 0
