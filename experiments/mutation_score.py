@@ -137,6 +137,11 @@ TESTS = {
         "tests/inference/test_noca_em.py",
     ],
     "inference/validation.py": ["tests/inference/test_online_fa.py", "tests/inference/test_cvq_em.py"],
+    # the conditional checks (fast, exact) run first; Geweke/SBC and the moves' orbit tests after
+    "inference/rank_svm/gibbs.py": ["tests/inference/test_rank_svm_gibbs.py"],
+    "inference/rank_svm/dp.py": ["tests/inference/test_rank_svm_gibbs.py"],
+    "inference/rank_svm/shrinkage.py": ["tests/inference/test_rank_svm_gibbs.py"],
+    "inference/rank_svm/moves.py": ["tests/inference/test_rank_svm_gibbs.py"],
 }
 
 # The hand-derived updates and moves of each module: mutants here are selected first.
@@ -147,6 +152,10 @@ FOCUS = {
     ],
     "inference/fa/vb.py": ["cavi_z", "cavi_W", "cavi_mu", "cavi_psi", "cavi_elbo_terms", "z_moments", "sq_resid"],
     "inference/fa/em.py": ["em_e_step", "em_W_mu", "em_psi", "em_objective_terms"],
+    "inference/rank_svm/gibbs.py": ["hinge_lam_draw", "lam_update", "_svm_terms", "z_row_precision",
+                                    "z_update", "A_update", "beta_update", "tau_update"],
+    "inference/rank_svm/dp.py": ["t_logits", "t_lam_update", "_counts", "nu_update", "alpha_update",
+                                 "mu_update", "psi_update"],
     "inference/cvq/gibbs.py": ["_s_logits", "s_draw", "_W_natural", "_tau_conditional"],
     "inference/noca/mcmc.py": ["_log1mexp", "_s_prior_logs", "s_logits", "s_draw"],
     "inference/cvq/em.py": ["cvq_e_step", "cvq_m_step", "cvq_bound", "_entropy", "_state_log_joint"],
