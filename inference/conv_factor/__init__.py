@@ -1,0 +1,28 @@
+"""Convolutional factor analysis (one layer): the exact block Gibbs table and its pieces."""
+
+from latentzoo.inference.conv_factor.gibbs import (
+    W_update,
+    alpha_update,
+    atom_conditional,
+    atom_natural,
+    b_logits,
+    b_update,
+    beta_update,
+    cfa_updates,
+    d_update,
+    gamma_update,
+    residual,
+)
+from latentzoo.inference.conv_factor.shifts import (
+    class_conditional,
+    colour_grid,
+    draw_maps_coloured,
+    draw_maps_parallel,
+    max_pool,
+)
+
+__all__ = [
+    "cfa_updates", "W_update", "b_update", "d_update", "gamma_update", "alpha_update",
+    "beta_update", "residual", "b_logits", "atom_natural", "atom_conditional",
+    "class_conditional", "colour_grid", "draw_maps_coloured", "draw_maps_parallel", "max_pool",
+]
