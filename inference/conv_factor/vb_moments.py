@@ -73,7 +73,7 @@ _DIMS = ("NCHW", "OIHW", "NCHW")
 
 
 class AtomMoments(NamedTuple):
-    """What the local step reads from q(d) and q(pi).
+    r"""What the local step reads from q(d) and q(pi).
 
     Attributes:
         m: atom means (K, C, h, w).
@@ -211,7 +211,7 @@ def expected_sq_resid(x, mu, s, rho, am: AtomMoments):
 
 
 def atom_stats(Z, mu_k, s_k, weight):
-    """One image's contribution to atom k's natural parameters: ``weight`` = <gamma> rho_k times
+    r"""One image's contribution to atom k's natural parameters: ``weight`` = <gamma> rho_k times
 
     - the expected map autocorrelation :math:`A(\mu_k) + \delta_0\sum_i s_{ki}` (2h-1, 2w-1), whose
       Toeplitz matrix is the precision of each channel of d_k, and
