@@ -41,7 +41,9 @@ def test_prior_predictive_shapes(family):
     kw = family.checks.model_kwargs
     draws = Predictive(family.model, num_samples=3)(jax.random.PRNGKey(0), **kw)
     sites = family.checks.data_sites
-    if sites == "X":
+    if sites == "X" and family.data_kind.name == "image stack":  # (N, C, H, W) images
+        assert draws["X"].shape == (3, kw["N"], *kw["image_shape"])
+    elif sites == "X":
         assert draws["X"].shape == (3, kw["N"], kw["D"])
     else:  # several observed sites (e.g. hinge margins): each is drawn, with a draw axis
         assert all(draws[s].shape[0] == 3 for s in sites)
@@ -161,6 +163,7 @@ BAD_BY_KIND = {
     "matrix": ("1,2,3,4\n4,nan,6,7\n1,1,1,1\n", "NaN"),
     "binary matrix": ("0,1,0,1,1\n1,0,0.5,1,0\n0,0,1,1,1\n", "binary"),
     "labelled matrix": ("1,2,3,4,1\n4,nan,6,7,-1\n1,1,1,1,1\n2,0,1,3,-1\n", "NaN"),
+    "image stack": ("1,2,3,4\n4,5,6,7\n", "must be one of .npy, .npz"),  # images: no CSV
 }
 
 

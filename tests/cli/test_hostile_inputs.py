@@ -101,6 +101,17 @@ if not ROOT:  # root reads any file, so an unreadable file cannot be made
     FILE_CASES["unreadable file"] = (_unreadable, "could not be read")
 
 
+# An image stack is read from .npy / .npz only and must be 3-D or 4-D: the same files are
+# refused with these sentences instead (a 3-D array of 3x2 "images" is too small for 3x3 atoms).
+IMAGE_PHRASES = {
+    **{case: "must be one of" for case in (
+        "empty csv", "header only", "blank lines only", "binary bytes as csv", "semicolon csv",
+        "trailing comma", "ragged csv", "typo in first row", "nan cell", "inf cell")},
+    **{case: "image stack" for case in ("1-D npy", "nan npy", "no rows", "no columns", "one row")},
+    "3-D npy": "--atom",
+}
+
+
 def _assert_user_error(code, capsys, phrase, out, tmp_path):
     err = capsys.readouterr().err.strip()
     assert code == 2, err
@@ -116,6 +127,8 @@ def _assert_user_error(code, capsys, phrase, out, tmp_path):
 @pytest.mark.parametrize("case", sorted(FILE_CASES))
 def test_bad_file_is_one_sentence_for_every_family(model, case, tmp_path, capsys):
     make, phrase = FILE_CASES[case]
+    if families()[model].data_kind.name == "image stack":
+        phrase = IMAGE_PHRASES.get(case, phrase)
     out = tmp_path / "out"
     code = main(["run", model, "--data", make(tmp_path), "--K", "2", "--quick", "--no-progress",
                  "--out", str(out)])
@@ -126,12 +139,20 @@ def test_bad_file_is_one_sentence_for_every_family(model, case, tmp_path, capsys
 _NONBINARY = _rng.normal(size=(30, 6))
 MODEL_CASES = [
     (m, case, make, phrase)
-    for m, f in sorted(families().items())
+    for m, f in sorted(families().items()) if f.data_kind.name != "image stack"
     for case, make, phrase in [
         ("K too large", _npy("g.npy", _GOOD), "smaller than"),
         ("huge scale", _npy("huge.npy", _NONBINARY * 1e200 if f.data_kind.name == "matrix"
                              else _GOOD * 2),
          {"matrix": "scale", "labelled matrix": "labels"}.get(f.data_kind.name, "0 or 1")),
+    ]
+] + [
+    # image stacks: K is a truncation level (no upper bound); the atom must fit the images
+    (m, case, make, phrase)
+    for m, f in sorted(families().items()) if f.data_kind.name == "image stack"
+    for case, make, phrase in [
+        ("atom too large", _npy("tiny.npy", _NONBINARY[:4, :4].reshape(4, 2, 2)), "--atom"),
+        ("huge scale", _npy("huge.npy", _NONBINARY.reshape(5, 6, 6)[:, :4] * 1e200), "scale"),
     ]
 ]
 
