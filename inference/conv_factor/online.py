@@ -1,0 +1,276 @@
+r"""Online (stochastic) variational Bayes for one layer of convolutional FA over mini-batches of
+images (the journal version's online VB; Hoffman, Blei, Wang & Paisley 2013, stochastic
+variational inference), ``pool=False``.
+
+**Global and local factors.** The atoms q(d_k), their precisions q(beta) and the usages q(pi_k)
+are global; each image's maps q(W_n), precisions q(alpha_n), switches q(b_n) and noise precision
+q(gamma_n) are local: given the global factors the images are independent.
+
+**One step** on a mini-batch B of the N images (:meth:`OnlineConvFactor.partial_fit`):
+
+1. *local*: for every image of B, ``local_iters`` coordinate-ascent passes (the batch CAVI's
+   per-image updates, :func:`~latentzoo.inference.conv_factor.vb_moments.local_maps`, q(alpha),
+   q(gamma)) from a fresh start, given the current global factors. The per-image work is one
+   ``jax.vmap``; the image axis is sharded over a 1-D mesh of devices
+   (:class:`jax.sharding.NamedSharding`), so each device runs its images and the statistics
+   below are summed across devices by XLA.
+2. *global*: the intermediate natural parameters are those the batch CAVI update would give if
+   the data were B repeated N/|B| times (statistics scaled by N/|B|), each atom's computed with
+   the other atoms at their current means (the natural gradient of the ELBO in each global
+   block); the natural parameters move by step size :math:`\rho_t = (\tau_0 + t)^{-\kappa}`:
+   :math:`\lambda \leftarrow (1-\rho_t)\lambda + \rho_t\hat\lambda` for q(pi) (Beta) and q(d_k)
+   (per-channel precision matrix and linear term). q(beta) depends on no data and is set to its
+   exact optimum given the new q(d) (a coordinate-ascent step on a block without noise).
+
+Memory is that of the global factors and one mini-batch: nothing grows with the number of
+images seen. :math:`\kappa \in (0.5, 1]` and :math:`\tau_0 \ge 0` give the Robbins-Monro
+conditions; the first step (t = 0) with :math:`\tau_0 = 1` replaces the start completely.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from latentzoo.models.conv_factor import conv_factor, map_shape, reconstruct
+from latentzoo.inference.conjugate import beta_log_moments, gamma_moments
+from latentzoo.inference.gaussian import cov_from_tril, gaussian_block
+
+from .vb import random_patches, read_cfa_priors, validate_cfa_images
+from .vb_moments import AtomMoments, atom_moments, atom_stats, expected_sq_resid, local_maps, toeplitz
+
+__all__ = ["OnlineConvFactor", "GlobalState", "local_fit"]
+
+
+class GlobalState(NamedTuple):
+    """The global factors in natural form: q(pi) Beta(``pi_a1``, ``pi_a0``) (K,); q(d_k) per
+    channel precision ``d_prec`` (K, C, hw, hw) and linear term ``d_lin`` (K, C, hw), with their
+    moments ``d_loc`` (K, C, h, w), ``d_scale_tril``; q(beta) ``beta_a``, ``beta_b``
+    (K, C, h, w); ``step`` t."""
+
+    pi_a1: jax.Array
+    pi_a0: jax.Array
+    d_prec: jax.Array
+    d_lin: jax.Array
+    d_loc: jax.Array
+    d_scale_tril: jax.Array
+    beta_a: jax.Array
+    beta_b: jax.Array
+    step: jax.Array
+
+
+class _ImagePriors(NamedTuple):
+    """Per-image hyperparameters (shared by all images): gamma's c, d; alpha's e, f and W's
+    prior mean (K, H', W')."""
+
+    c: jax.Array
+    d: jax.Array
+    e: jax.Array
+    f: jax.Array
+    W_loc: jax.Array
+
+
+def _moments(g: GlobalState) -> AtomMoments:
+    Elp, El1 = beta_log_moments(g.pi_a1, g.pi_a0)
+    return atom_moments(g.d_loc, cov_from_tril(g.d_scale_tril), Elp - El1)
+
+
+def local_fit(x, am: AtomMoments, ip: _ImagePriors, iters: int):
+    """Local coordinate ascent for ONE image x (C, H, W) given the global moments: ``iters``
+    passes of (maps and switches, q(alpha), q(gamma)) from the batch fit's start. Returns
+    ``(mu, s, rho, E_gamma)``."""
+    K, Hp, Wp = ip.e.shape
+    P = x.size
+    var = jnp.var(x)
+    ga = ip.c + 0.5 * P
+    init = (jnp.zeros((K, Hp, Wp)), jnp.ones((K, Hp, Wp)), jnp.full((K,), 0.5),
+            jnp.ones((K, Hp, Wp)), ga / (0.1 * ga * jnp.where(var > 0, var, 1.0)))
+
+    def one(_, carry):
+        mu, s, rho, E_alpha, E_gamma = carry
+        mu, s, rho = local_maps(x, mu, s, rho, E_alpha, E_gamma, ip.W_loc, am)
+        E_alpha = (ip.e + 0.5) / (ip.f + 0.5 * ((mu - ip.W_loc) ** 2 + s))
+        E_gamma = ga / (ip.d + 0.5 * expected_sq_resid(x, mu, s, rho, am))
+        return mu, s, rho, E_alpha, E_gamma
+
+    mu, s, rho, _, E_gamma = jax.lax.fori_loop(0, iters, one, init)
+    return mu, s, rho, E_gamma
+
+
+def _image_stats(x, mu, s, rho, E_gamma, am: AtomMoments):
+    """One image's statistics for the global step, Jacobi in the atoms (each with the other
+    atoms at their current means): (rho (K,), A (K, 2h-1, 2w-1), lin (K, C, h, w))."""
+    Y = jax.vmap(lambda m, d: reconstruct(m[None, None], d[None])[0])(mu, am.m)  # (K, C, H, W)
+    R = x - jnp.sum(rho[:, None, None, None] * Y, 0)
+    Z = R[None] + rho[:, None, None, None] * Y
+    A, lin = jax.vmap(atom_stats)(Z, mu, s, E_gamma * rho)
+    return rho, A, lin
+
+
+def _global_step(g: GlobalState, rho_sum, n_sum, A, lin, pri, scale, tau0, kappa) -> GlobalState:
+    K, C, h, w = g.d_loc.shape
+    r = (tau0 + g.step) ** (-kappa)
+    E_beta, _ = gamma_moments(g.beta_a, g.beta_b)
+    eb = E_beta.reshape(K, C, h * w)
+    P_hat = toeplitz(scale * A, h, w)[:, None] + eb[..., None] * jnp.eye(h * w)
+    lin_hat = scale * lin.reshape(K, C, h * w) + eb * pri.d_loc.reshape(K, C, h * w)
+    d_prec = (1 - r) * g.d_prec + r * P_hat
+    d_lin = (1 - r) * g.d_lin + r * lin_hat
+    mean, tril = gaussian_block(d_prec, d_lin)
+    d_loc = mean.reshape(K, C, h, w)
+    var = jnp.diagonal(cov_from_tril(tril), axis1=-2, axis2=-1).reshape(K, C, h, w)
+    pi_a1 = (1 - r) * g.pi_a1 + r * (pri.pi_a + scale * rho_sum)
+    pi_a0 = (1 - r) * g.pi_a0 + r * (pri.pi_b + scale * (n_sum - rho_sum))
+    beta_b = pri.h + 0.5 * ((d_loc - pri.d_loc) ** 2 + var)
+    return GlobalState(pi_a1, pi_a0, d_prec, d_lin, d_loc, tril, pri.g + 0.5, beta_b,
+                       g.step + 1)
+
+
+class OnlineConvFactor:
+    """Streaming VB for one layer of convolutional FA (module docstring).
+
+    Args:
+        K: number of dictionary elements (truncation level).
+        n_total: N, the number of images the statistics are scaled to (the stream's size, or the
+            data set's).
+        atom_shape: (h, w).
+        priors: dict overriding :func:`~latentzoo.models.conv_factor.default_priors`.
+        tau0, kappa: step size (tau0 + t)^-kappa.
+        local_iters: coordinate-ascent passes per image and step.
+        seed: picks the starting atoms (patches of the first batch).
+        devices: the devices the image axis is sharded over (default: all of ``jax.devices()``).
+
+    Example::
+
+        ocfa = OnlineConvFactor(8, n_total=len(X), atom_shape=(3, 3))
+        for batch in np.array_split(X, 20):
+            ocfa.partial_fit(batch)
+        X_hat = ocfa.reconstruct(X)
+    """
+
+    def __init__(self, K: int, *, n_total: int, atom_shape=(3, 3), priors=None, tau0: float = 1.0,
+                 kappa: float = 0.7, local_iters: int = 10, seed: int = 0, devices=None):
+        if isinstance(K, bool) or not isinstance(K, (int, np.integer)) or K < 1:
+            raise ValueError(f"K must be a positive integer, got {K!r}.")
+        if not n_total >= 1:
+            raise ValueError(f"n_total must be a positive number of images, got {n_total!r}.")
+        if not (0.5 < kappa <= 1.0) or tau0 < 0:
+            raise ValueError(f"the step size needs 0.5 < kappa <= 1 and tau0 >= 0, got kappa={kappa}, tau0={tau0}.")
+        self.K, self.n_total, self.atom_shape = int(K), float(n_total), tuple(int(a) for a in atom_shape)
+        self.priors, self.tau0, self.kappa = priors, float(tau0), float(kappa)
+        self.local_iters, self.seed = int(local_iters), int(seed)
+        self.mesh = Mesh(np.asarray(devices if devices is not None else jax.devices()), ("images",))
+        self._images = NamedSharding(self.mesh, PartitionSpec("images"))
+        self._replicated = NamedSharding(self.mesh, PartitionSpec())
+        self.state: GlobalState | None = None
+        self.image_shape = None
+        self.n_seen = 0
+
+    # ----------------------------------------------------------------------- plumbing
+    def _check(self, X):
+        X = np.asarray(validate_cfa_images(X, K=self.K, atom_shape=self.atom_shape))
+        if self.image_shape is not None and X.shape[1:] != self.image_shape:
+            raise ValueError(f"images of shape {X.shape[1:]} do not match the stream's {self.image_shape}.")
+        return X
+
+    def _shard(self, X):
+        """X padded to a multiple of the device count (weight 0 on the padding), sharded."""
+        n, ndev = X.shape[0], self.mesh.devices.size
+        pad = (-n) % ndev
+        Xp = np.concatenate([X, np.zeros((pad,) + X.shape[1:])]) if pad else X
+        wts = np.concatenate([np.ones(n), np.zeros(pad)])
+        return jax.device_put(Xp, self._images), jax.device_put(wts, self._images)
+
+    def _setup(self, X):
+        self.image_shape = X.shape[1:]
+        pri = read_cfa_priors(conv_factor, jnp.asarray(X[:1]), K=self.K, atom_shape=self.atom_shape,
+                              priors=self.priors)
+        self._pri = jax.device_put(pri._replace(c=pri.c[0], d=pri.d[0], e=pri.e[0], f=pri.f[0],
+                                                W_loc=pri.W_loc[0]), self._replicated)
+        self._ip = _ImagePriors(self._pri.c, self._pri.d, self._pri.e, self._pri.f, self._pri.W_loc)
+        K, (C, h, w) = self.K, (X.shape[1], *self.atom_shape)
+        m = random_patches(jax.random.PRNGKey(self.seed), jnp.asarray(X), K, self.atom_shape)
+        prec = jnp.broadcast_to(1e4 * jnp.eye(h * w), (K, C, h * w, h * w))
+        N = self.n_total
+        g = GlobalState(self._pri.pi_a + 0.5 * N, self._pri.pi_b + 0.5 * N, prec,
+                        1e4 * m.reshape(K, C, h * w), m,
+                        jnp.broadcast_to(1e-2 * jnp.eye(h * w), prec.shape),
+                        jnp.broadcast_to(self._pri.g + 0.5, m.shape),
+                        jnp.broadcast_to(self._pri.g + 0.5, m.shape), jnp.zeros((), jnp.float64))
+        self.state = jax.device_put(g, self._replicated)
+        iters, ip = self.local_iters, self._ip
+        fit = jax.vmap(local_fit, in_axes=(0, None, None, None))
+        stats = jax.vmap(_image_stats, in_axes=(0, 0, 0, 0, 0, None))
+        tau0, kappa = self.tau0, self.kappa
+
+        def step(g, X, wts, scale):
+            am = _moments(g)
+            mu, s, rho, E_gamma = fit(X, am, ip, iters)
+            rho_n, A, lin = stats(X, mu, s, rho, E_gamma, am)
+            rho_sum = jnp.einsum("n,nk->k", wts, rho_n)
+            A = jnp.einsum("n,nkuv->kuv", wts, A)
+            lin = jnp.einsum("n,nkcuv->kcuv", wts, lin)
+            return _global_step(g, rho_sum, wts.sum(), A, lin, self._pri, scale, tau0, kappa)
+
+        def locals_(g, X):
+            am = _moments(g)
+            mu, s, rho, E_gamma = fit(X, am, ip, iters)
+            return mu, s, rho, E_gamma, reconstruct(rho[:, :, None, None] * mu, am.m)
+
+        self._step = jax.jit(step, out_shardings=self._replicated)
+        self._locals = jax.jit(locals_)
+
+    # ------------------------------------------------------------------------- public
+    def partial_fit(self, X) -> "OnlineConvFactor":
+        """One stochastic step on a mini-batch of images (B, C, H, W) ((B, H, W): one channel)."""
+        X = self._check(X)
+        if self.state is None:
+            self._setup(X)
+        Xs, wts = self._shard(X)
+        self.state = self._step(self.state, Xs, wts, jnp.asarray(self.n_total / X.shape[0]))
+        self.n_seen += X.shape[0]
+        return self
+
+    def fit(self, X, *, batch_size: int = 10, epochs: int = 1) -> "OnlineConvFactor":
+        """Mini-batches of ``batch_size`` images in a random order, ``epochs`` times over X."""
+        X = self._check(X)
+        rng = np.random.default_rng(self.seed)
+        for _ in range(epochs):
+            order = rng.permutation(len(X))
+            for lo in range(0, len(X), batch_size):
+                self.partial_fit(X[order[lo:lo + batch_size]])
+        return self
+
+    def _require(self):
+        if self.state is None:
+            raise ValueError("the model has seen no images yet; call partial_fit first.")
+
+    def transform(self, X) -> dict:
+        """The local factors of images X given the current global ones: ``W_loc``, ``W_scale``
+        (B, K, H', W'), ``b_probs`` (B, K), ``E_gamma`` (B,)."""
+        self._require()
+        X = self._check(X)
+        Xs, _ = self._shard(X)
+        mu, s, rho, Eg, _ = self._locals(self.state, Xs)
+        n = X.shape[0]
+        return {"W_loc": mu[:n], "W_scale": jnp.sqrt(s[:n]), "b_probs": rho[:n], "E_gamma": Eg[:n]}
+
+    def reconstruct(self, X):
+        """The expected reconstruction sum_k rho_nk mu_nk * m_k of images X (B, C, H, W)."""
+        self._require()
+        X = self._check(X)
+        Xs, _ = self._shard(X)
+        return self._locals(self.state, Xs)[-1][: X.shape[0]]
+
+    @property
+    def params(self) -> dict:
+        """The global factors under the batch guide's param names
+        (:func:`~latentzoo.inference.conv_factor.vb.cfa_guide`)."""
+        self._require()
+        g = self.state
+        return {"pi_concentration1": g.pi_a1, "pi_concentration0": g.pi_a0, "d_loc": g.d_loc,
+                "d_scale_tril": g.d_scale_tril, "beta_concentration": g.beta_a, "beta_rate": g.beta_b}
