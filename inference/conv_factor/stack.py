@@ -166,22 +166,20 @@ def initial_values(X, K: int, atom_shape, key):
 
 
 def _chain(state, X, *, model, table, burn_in, draws):
-    """``burn_in`` sweeps, then ``draws`` sweeps whose E[bW], E[b], E[d], E[gamma] are averaged
-    in the scan's carry (nothing per draw is stored)."""
-    step = lambda s: sweep(model, table, s, (X,), {})  # noqa: E731
-    state, _ = jax.lax.scan(lambda s, _: (step(s), None), state, None, length=burn_in)
+    """``burn_in + draws`` sweeps in one scan (one copy of the sweep to compile); the last
+    ``draws`` add E[bW], E[b], E[d], E[gamma] into the carry (nothing per draw is stored)."""
 
-    def collect(carry, _):
+    def one(carry, i):
         s, acc = carry
-        s = step(s)
+        s = sweep(model, table, s, (X,), {})
         z = s.z
-        b = z["b"]
-        new = (b[:, :, None, None] * z["W"], b, z["d"], z["gamma"])
-        return (s, tuple(a + v for a, v in zip(acc, new))), None
+        keep = (i >= burn_in).astype(X.dtype)
+        new = (z["b"][:, :, None, None] * z["W"], z["b"], z["d"], z["gamma"])
+        return (s, tuple(a + keep * v for a, v in zip(acc, new))), None
 
     z = state.z
-    acc0 = tuple(jnp.zeros_like(v) for v in (z["W"], z["b"], z["d"], z["gamma"]))
-    (state, acc), _ = jax.lax.scan(collect, (state, acc0), None, length=draws)
+    acc0 = tuple(jnp.zeros_like(v, dtype=X.dtype) for v in (z["W"], z["b"], z["d"], z["gamma"]))
+    (state, acc), _ = jax.lax.scan(one, (state, acc0), jnp.arange(burn_in + draws))
     return state, tuple(a / draws for a in acc)
 
 
