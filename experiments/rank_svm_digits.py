@@ -110,6 +110,9 @@ def common_arguments(prog: str, description: str, *, splits: int, K: int):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--K", type=int, default=None, help=f"factors (default {K}; quick 3)")
     ap.add_argument("--T", type=int, default=5, help="DP truncation of the NL variants")
+    ap.add_argument("--levels", type=int, default=16,
+                    help="R variants: each feature's values in at most this many groups (0: all "
+                         "distinct values, the paper's model; see RankFactorSVC)")
     ap.add_argument("--warmup", type=int, default=None, help="Gibbs warm-up sweeps (default 300; quick 40)")
     ap.add_argument("--samples", type=int, default=None, help="Gibbs draws kept (default 300; quick 40)")
     ap.add_argument("--max-draws", type=int, default=None,
@@ -131,7 +134,10 @@ def settle(prog: str, args, *, splits: int, K: int):
     args.splits = args.splits if args.splits is not None else (1 if q else splits)
     check_at_least(prog, K=(args.K, 1), T=(args.T, 1), warmup=(args.warmup, 0),
                    samples=(args.samples, 1), max_draws=(args.max_draws, 1), splits=(args.splits, 1),
+                   levels=(args.levels, 0),
                    seed=(args.seed, 0))
+    if args.levels == 1:
+        usage_error(prog, "--levels must be 0 (all values) or at least 2, got 1.")
     if not 0.0 < args.train_fraction < 1.0:
         usage_error(prog, f"--train-fraction must lie strictly between 0 and 1, got {args.train_fraction}.")
     if args.data is not None and not os.path.isfile(args.data):
@@ -144,7 +150,8 @@ def classifier(variant: str, args, seed: int):
     from latentzoo.inference.rank_svm.classifier import RankFactorSVC
 
     return RankFactorSVC(variant=variant, K=args.K, T=args.T, num_warmup=args.warmup,
-                         num_samples=args.samples, seed=seed, max_draws=args.max_draws)
+                         num_samples=args.samples, seed=seed, max_draws=args.max_draws,
+                         levels=args.levels or None)
 
 
 def release_compiled() -> None:
@@ -245,7 +252,8 @@ def main(argv=None):
         plot_loadings(first, figure)
     result = {
         "data": data_name, "N": int(len(y)), "D": int(X.shape[1]), "splits": args.splits,
-        "train_fraction": args.train_fraction, "K": args.K, "T": args.T, "warmup": args.warmup,
+        "train_fraction": args.train_fraction, "K": args.K, "T": args.T, "levels": args.levels,
+        "warmup": args.warmup,
         "samples": args.samples, "max_draws": args.max_draws, "seed": args.seed,
         "baselines": "standardised features; C (and RBF gamma) by 5-fold CV over "
                      f"C in {list(C_GRID)}, gamma in ['scale', 0.003, 0.03]",

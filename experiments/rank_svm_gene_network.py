@@ -191,6 +191,7 @@ def main(argv=None):
     plot_networks(networks, names, os.path.join(args.out, f"{PROG}_network.png"))
     result = {
         "data": data_name, "N": int(len(y)), "D": int(X.shape[1]), "K": args.K, "T": args.T,
+        "levels": args.levels,
         "warmup": args.warmup, "samples": args.samples, "seed": args.seed,
         "train_fraction": args.train_fraction, "accuracy": accuracy, "seconds": seconds,
         "beta": {v: est.coef_.round(4).tolist() for v, est in fitted.items()},

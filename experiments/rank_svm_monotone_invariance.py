@@ -115,7 +115,8 @@ def main(argv=None):
               f"{'identical to the identity, bit for bit' if same else 'DIFFER from the identity'}")
     result = {
         "data": data_name, "N": int(len(y)), "D": int(X.shape[1]), "splits": args.splits,
-        "train_fraction": args.train_fraction, "K": args.K, "T": args.T, "warmup": args.warmup,
+        "train_fraction": args.train_fraction, "K": args.K, "T": args.T, "levels": args.levels,
+        "warmup": args.warmup,
         "samples": args.samples, "max_draws": args.max_draws, "seed": args.seed,
         "transforms": list(TRANSFORMS), "summary": summary,
         "rank_variants_identical": identical, "seconds_per_fit_mean": float(np.mean(seconds)),

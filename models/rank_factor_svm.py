@@ -62,6 +62,8 @@ __all__ = [
     "default_priors",
     "RankPairs",
     "rank_pairs",
+    "rank_cuts",
+    "coarsen_ranks",
     "rank_factor_svm",
     "observed_data",
     "model_kwargs",
@@ -163,6 +165,33 @@ def rank_pairs(X) -> RankPairs:
             role[n, fill[n]] = r
             fill[n] += 1
     return RankPairs(feature, lo, hi, incidence, role)
+
+
+def rank_cuts(X, levels: int) -> list[np.ndarray]:
+    """Per column of X (N, D), the cut points that split its values into at most ``levels``
+    groups of about equal size: order statistics of the column itself (never interpolated), so a
+    monotone increasing transform of the column transforms its cuts with it. A column with at
+    most ``levels`` distinct values gets no cuts (it is kept as it is)."""
+    X = np.asarray(X, float)
+    if isinstance(levels, bool) or not isinstance(levels, (int, np.integer)) or levels < 2:
+        raise ValueError(f"levels must be an integer of at least 2, got {levels!r}.")
+    cuts = []
+    for j in range(X.shape[1]):
+        values = np.unique(X[:, j])
+        if len(values) <= levels:
+            cuts.append(values[1:])  # each distinct value its own group
+            continue
+        ordered = np.sort(X[:, j])  # a group starts at the sample at each multiple of N/levels
+        cuts.append(np.unique(ordered[(np.arange(1, levels) * len(ordered)) // levels]))
+    return cuts
+
+
+def coarsen_ranks(X, cuts) -> np.ndarray:
+    """X (M, D) replaced by each entry's group index under ``cuts`` (:func:`rank_cuts`): the
+    number of a column's cut points at or below the value. New samples go through the training
+    cuts, so their ranks are inserted among the training groups."""
+    X = np.asarray(X, float)
+    return np.stack([np.searchsorted(c, X[:, j], side="right") for j, c in enumerate(cuts)], 1).astype(float)
 
 
 def stick_weights(nu):

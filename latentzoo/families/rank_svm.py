@@ -16,8 +16,10 @@ from latentzoo import runs
 from latentzoo.data import LABELLED_MATRIX
 from latentzoo.models.rank_factor_svm import (
     VARIANTS,
+    coarsen_ranks,
     default_rank_svm_data,
     observed_data,
+    rank_cuts,
     rank_factor_svm,
     rank_pairs,
 )
@@ -27,19 +29,27 @@ __all__ = ["RANK_SVM"]
 
 # Large per-row or per-pair latents stay out of the result files (their size would grow with
 # N·D); the factors' signs are not identified, so z and A are summarised through w and u.
+LEVELS = 16  # the R variants' default number of value groups per feature (as RankFactorSVC)
+
 DROP = ("lam_rank", "lam_svm", "z", "t", "u", "eta_a", "xi_a", "e_beta", "b_beta")
 
 
 def _prepare(data, cfg):
     """(X, y as -1/+1, variant, T); the G variants get centred, scaled columns (their model has
-    no mean; a constant column stays 0)."""
+    no mean; a constant column stays 0), the R variants each column's values in at most
+    ``levels`` groups (0: every distinct value; see RankFactorSVC's ``levels``)."""
     from latentzoo.inference.rank_svm.fit import binary_labels
 
     X, y = data
     variant = cfg.options.get("variant", "R-L")
+    levels = int(cfg.options.get("levels", LEVELS))
+    if levels == 1 or levels < 0:
+        raise ValueError(f"--levels must be 0 (every value) or at least 2, got {levels}.")
     if variant.startswith("G"):
         sd = X.std(0)
         X = (X - X.mean(0)) / np.where(sd > 0, sd, 1.0)
+    elif levels:
+        X = coarsen_ranks(X, rank_cuts(X, levels))
     return X, binary_labels(y), variant, int(cfg.options.get("T", 5))
 
 
@@ -181,6 +191,9 @@ RANK_SVM = register(
             Option("variant", "G (Gaussian) or R (rank) features, L (one classifier) or NL (a DP "
                    "mixture of classifiers)", choices=VARIANTS, default="R-L"),
             Option("T", "truncation of the NL variants' DP mixture", default=5, type=int),
+            Option("levels", "R variants: each feature's values in at most this many groups of "
+                   "about equal size (0: every distinct value, the paper's model)", default=LEVELS,
+                   type=int),
         ),
     )
 )

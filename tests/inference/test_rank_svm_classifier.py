@@ -61,6 +61,8 @@ def test_bad_data_is_one_sentence(X, y, phrase):
     (dict(variant="R-X"), "Unknown variant"), (dict(method="nuts"), "Unknown method"),
     (dict(K=0), "K must be a positive integer"), (dict(T=2.5), "T must be"),
     (dict(num_warmup=-1), "num_warmup"), (dict(burn_in=30), "burn_in"),
+    (dict(levels=1), "levels must be None or an integer of at least 2"),
+    (dict(levels=3.5), "levels must be None"),
 ])
 def test_bad_settings_are_one_sentence(setting, phrase):
     with pytest.raises(ValueError, match=phrase):
@@ -82,6 +84,17 @@ def test_rank_variant_classifies_held_out_rows(rank_fit):
     assert est.loadings_.shape == (4, 2) and est.coef_.shape == (1, 2)
     # same seed, same predictions
     np.testing.assert_array_equal(est.predict_proba(X[40:]), proba)
+
+
+def test_rank_variant_sees_grouped_values_and_is_exactly_invariant(rank_fit):
+    """The fit sees each column in at most ``levels`` groups (SMALL fits have 40 rows, so 16
+    groups of 2-3), and a monotone transform of the columns gives the same probabilities bit
+    for bit: the cuts are order statistics, so they move with the data."""
+    est, X, y = rank_fit
+    assert all(len(np.unique(est.X_fit_[:, j])) == 16 for j in range(X.shape[1]))
+    warped = np.exp(X) + X**3
+    twin = RankFactorSVC(variant="R-L", **SMALL).fit(warped[:40], y[:40])
+    np.testing.assert_array_equal(twin.predict_proba(warped[40:]), est.predict_proba(X[40:]))
 
 
 def test_predict_refuses_other_widths_and_nan(rank_fit):
