@@ -15,7 +15,7 @@ q(gamma_n) are local: given the global factors the images are independent.
    (:class:`jax.sharding.NamedSharding`), so each device runs its images and the statistics
    below are summed across devices by XLA.
 2. *global*: the intermediate natural parameters are those the batch CAVI update would give if
-   the data were B repeated N/|B| times (statistics scaled by N/|B|), each atom's computed with
+   the data were B repeated :math:`N/|B|` times (statistics scaled by :math:`N/|B|`), each atom's computed with
    the other atoms at their current means (the natural gradient of the ELBO in each global
    block); the natural parameters move by step size :math:`\rho_t = (\tau_0 + t)^{-\kappa}`:
    :math:`\lambda \leftarrow (1-\rho_t)\lambda + \rho_t\hat\lambda` for q(pi) (Beta) and q(d_k)

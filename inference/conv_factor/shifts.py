@@ -195,7 +195,7 @@ def draw_maps_parallel(key, W, R, b, d, gamma, loc, prec, *, pool_size=None):
 
 
 def max_pool(Wk, size: int):
-    """Keep the largest-|w| coefficient of each ``size`` x ``size`` region of every map, zero
+    """Keep the largest-magnitude coefficient of each ``size`` x ``size`` region of every map, zero
     the rest (ties: the first). Wk (N, H', W'), any H', W' (edge regions are smaller)."""
     N, Hp, Wp = Wk.shape
     Mp, Lp = -(-Hp // size), -(-Wp // size)
