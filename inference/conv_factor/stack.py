@@ -106,8 +106,8 @@ class StackFit(NamedTuple):
 
 # ----------------------------------------------------------------------------- pooling
 def pool_maps(maps, size: int):
-    """Largest-magnitude pooling of maps (..., H', W') over ``size`` x ``size`` cells (edge cells are
-    smaller). Returns (pooled, positions), both (..., ceil(H'/size), ceil(W'/size)): the signed
+    """Largest-magnitude pooling of maps (..., H', W') over ``size`` x ``size`` cells (edge cells
+    are smaller). Returns (pooled, positions), both (..., ceil(H'/size), ceil(W'/size)): the signed
     coefficient of largest magnitude in each cell and its index ``r * size + c`` in the cell
     (ties: the first, which always lies inside the map)."""
     maps = jnp.asarray(maps)
