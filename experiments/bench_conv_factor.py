@@ -46,19 +46,7 @@ from latentzoo.inference.gibbs import SweepState, read_model, sweep  # noqa: E40
 from latentzoo.models.conv_factor import conv_factor, correlate  # noqa: E402
 from latentzoo.results import atomic_write_text  # noqa: E402
 
-
-def sample_crops(n, size, seed=0):
-    """Greyscale crops (n, 1, size, size) of scikit-learn's shipped sample images, in [0, 1]."""
-    from sklearn.datasets import load_sample_images
-
-    rng = np.random.default_rng(seed)
-    imgs = [im.mean(-1) / 255.0 for im in load_sample_images().images]
-    out = []
-    for i in range(n):
-        im = imgs[i % len(imgs)]
-        r, c = rng.integers(0, im.shape[0] - size), rng.integers(0, im.shape[1] - size)
-        out.append(im[r:r + size, c:c + size])
-    return np.stack(out)[:, None]
+from cfa_dictionaries import sample_crops  # noqa: E402
 
 
 # ------------------------------------------------------------------ the NumPy sweep

@@ -46,18 +46,23 @@ def load(name, N, crop, seed=0):
 
         imgs = load_digits().images / 16.0
         return imgs[np.random.default_rng(seed).choice(len(imgs), N, replace=False)][:, None]
+    crops = sample_crops(N, crop, seed)
+    X = crops - crops.mean((2, 3), keepdims=True)
+    return X / X.std()
+
+
+def sample_crops(n, size, seed=0):
+    """Greyscale crops (n, 1, size, size) of scikit-learn's shipped sample images, in [0, 1]."""
     from sklearn.datasets import load_sample_images
 
     rng = np.random.default_rng(seed)
-    photos = [im.mean(-1) / 255.0 for im in load_sample_images().images]
+    imgs = [im.mean(-1) / 255.0 for im in load_sample_images().images]
     out = []
-    for i in range(N):
-        im = photos[i % len(photos)]
-        r, c = rng.integers(0, im.shape[0] - crop), rng.integers(0, im.shape[1] - crop)
-        x = im[r:r + crop, c:c + crop]
-        out.append(x - x.mean())
-    X = np.stack(out)[:, None]
-    return X / X.std()
+    for i in range(n):
+        im = imgs[i % len(imgs)]
+        r, c = rng.integers(0, im.shape[0] - size), rng.integers(0, im.shape[1] - size)
+        out.append(im[r:r + size, c:c + size])
+    return np.stack(out)[:, None]
 
 
 def _tiles(ax_row, arrays, label, usage):
