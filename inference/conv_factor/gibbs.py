@@ -2,7 +2,8 @@ r"""Hand-derived block Gibbs updates for one layer of convolutional factor analy
 (:mod:`latentzoo.models.conv_factor`; supplement eqs. 1-14, corrected; derivations in
 ``docs/models/conv_factor.md``).
 
-Sweep order: W (colour classes, :mod:`.shifts`), b, d, pi, gamma, alpha, beta. Every update
+Sweep order: W (colour classes, :mod:`.shifts`), b, the joint (b, W) move (:mod:`.joint_b`), d,
+pi, gamma, alpha, beta. Every update
 recomputes the residual :math:`R_n = X_n - \sum_k b_{nk} W_{nk} * d_k` from the current values
 (one batched convolution) and reads its hyperparameters from the model traced at those values.
 
@@ -14,6 +15,9 @@ recomputes the residual :math:`R_n = X_n - \sum_k b_{nk} W_{nk} * d_k` from the 
   :math:`\mathrm{logit}\,\pi_k + \gamma_n\langle R^{(-k)}_n, Y_{nk}\rangle - \tfrac{\gamma_n}2
   \lVert Y_{nk}\rVert^2`, :math:`Y_{nk} = W_{nk} * d_k`, :math:`R^{(-k)}` the residual without
   element k; elements in turn, images in parallel.
+- ``(b_nk, W_nk)`` jointly: the birth/death Metropolis-Hastings move of :mod:`.joint_b` (not in
+  the paper; ``joint_b=False`` leaves it out), which switches an element on with a map fitted to
+  the residual, or off with a map from the prior.
 - ``d_k | -`` (eqs. 8-10, corrected): Gaussian in the atom's C·h·w entries; channels are
   conditionally independent (the noise is white across channels), each an h·w Gaussian with
   precision :math:`\sum_n \gamma_n b_{nk} A_{nk}[u - u', v - v'] + \mathrm{diag}(\beta_{kc})`
@@ -225,12 +229,20 @@ def beta_update() -> GibbsUpdate:
     return _precision_update("beta", "d")
 
 
-def cfa_updates(*, w_update: str = "exact", pool: bool = False, pool_size: int = 2):
-    """The update table in sweep order: W, b, d, pi, gamma, alpha, beta.
+def cfa_updates(*, w_update: str = "exact", pool: bool = False, pool_size: int = 2,
+                joint_b: bool = True):
+    """The update table in sweep order: W, b, the joint (b, W) move, d, pi, gamma, alpha, beta.
 
     ``w_update="exact"`` with ``pool=False`` is the exact sampler (what the Geweke/SBC tests
     prove); ``w_update="parallel"`` (supplement eqs. 6-7) and ``pool=True`` (max-pooling) are the
-    paper's options, neither a draw from the posterior.
+    paper's options, neither a draw from the posterior. ``joint_b``: the exact birth/death MH
+    move of (b_nk, W_nk) (:mod:`.joint_b`) after b's update, so that elements switch on and off;
+    False gives the paper's sampler (b drawn with its map fixed only).
     """
-    return [W_update(w_update=w_update, pool=pool, pool_size=pool_size), b_update(), d_update(),
-            beta_bernoulli_update("pi", "b"), gamma_update(), alpha_update(), beta_update()]
+    from .joint_b import joint_b_move  # it builds on this module's helpers
+
+    table = [W_update(w_update=w_update, pool=pool, pool_size=pool_size), b_update()]
+    if joint_b:
+        table.append(joint_b_move())
+    return table + [d_update(), beta_bernoulli_update("pi", "b"), gamma_update(), alpha_update(),
+                    beta_update()]

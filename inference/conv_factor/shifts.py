@@ -46,7 +46,7 @@ import jax.numpy as jnp
 from latentzoo.models.conv_factor import reconstruct
 
 __all__ = ["colour_grid", "draw_maps_coloured", "draw_maps_parallel", "max_pool",
-           "class_conditional"]
+           "class_conditional", "scan_from_zero"]
 
 _DIMS = ("NCHW", "OIHW", "NCHW")
 
@@ -105,6 +105,19 @@ def _class_terms(R_pad, W_pad_k, loc_k, prec_k, dk, bk, gamma, ci, cj, grid, map
     return mean, P, valid, w_old, Rb
 
 
+def _set_class(Wk, R_pad, Rb, new, w_old, bk, dk, ci, cj, grid):
+    """Write one colour class's new values into the (padded) maps Wk (N, Hpad, Wpad) and move the
+    residual: (Wk, R_pad)."""
+    M, L, _, _ = grid
+    h, w = dk.shape[1:]
+    delta = bk[:, None, None] * (new - w_old)
+    # disjoint copies of the atom: delta[n, m, l] d[c, u, v] at (ci + h m + u, cj + w l + v)
+    tiles = jnp.einsum("nml,cuv->ncmulv", delta, dk).reshape(Rb.shape)
+    R_pad = _put_block(R_pad, Rb - tiles, ci, cj)
+    block = _set_lattice(_block(Wk, ci, cj, M, L, h, w), new, M, L, h, w)
+    return _put_block(Wk, block, ci, cj), R_pad
+
+
 def _padded(W, R, loc, prec, grid):
     _, _, Hpad, Wpad = grid
     return (_pad(W, Hpad, Wpad), _pad(R, Hpad, Wpad), _pad(loc, Hpad, Wpad),
@@ -135,7 +148,6 @@ def draw_maps_coloured(key, W, R, b, d, gamma, loc, prec, *, pool_size=None):
     N, K, Hp, Wp = W.shape
     C, h, w = d.shape[1:]
     grid = colour_grid((Hp, Wp), (h, w))
-    M, L, _, _ = grid
     W_pad, R_pad, loc_pad, prec_pad = _padded(W, R, loc, prec, grid)
 
     def element(k, carry):
@@ -151,12 +163,7 @@ def draw_maps_coloured(key, W, R, b, d, gamma, loc, prec, *, pool_size=None):
                                                      grid, (Hp, Wp))
             eps = jax.random.normal(jax.random.fold_in(k_el, c), mean.shape, mean.dtype)
             new = jnp.where(valid, mean + eps / jnp.sqrt(P), 0.0)
-            delta = bk[:, None, None] * (new - w_old)
-            # disjoint copies of the atom: delta[n, m, l] d[c, u, v] at (ci + h m + u, cj + w l + v)
-            tiles = jnp.einsum("nml,cuv->ncmulv", delta, dk).reshape(Rb.shape)
-            R_pad = _put_block(R_pad, Rb - tiles, ci, cj)
-            block = _set_lattice(_block(Wk, ci, cj, M, L, h, w), new, M, L, h, w)
-            return _put_block(Wk, block, ci, cj), R_pad
+            return _set_class(Wk, R_pad, Rb, new, w_old, bk, dk, ci, cj, grid)
 
         Wk, R_pad = jax.lax.fori_loop(0, h * w, colour, (Wk, R_pad))
         if pool_size is not None:
@@ -166,6 +173,46 @@ def draw_maps_coloured(key, W, R, b, d, gamma, loc, prec, *, pool_size=None):
     W_pad, R_pad, _ = jax.lax.fori_loop(0, K, element, (W_pad, R_pad, key))
     H, Wd = R.shape[-2:]
     return W_pad[..., :Hp, :Wp], R_pad[..., :H, :Wd]
+
+
+def scan_from_zero(key, Wk, R_k, force, dk, gamma, loc_k, prec_k):
+    """The joint (b, W) move's proposal q (:mod:`.joint_b`): the exact colour-class scan of one
+    element's maps with b = 1, started from maps at 0 and the residual without the element.
+
+    Each class is drawn from its Normal conditional given the classes before it (the later ones
+    still 0), so q is the product of those densities, a proper density on the map that does not
+    depend on the current map or switch. Images with ``force`` draw nothing: each class is set
+    to ``Wk``'s values instead, and log q is that map's density under the same scan.
+
+    Args: Wk (N, H', W') current maps of the element; R_k (N, C, H, W) the residual without it;
+    force (N,) bool; dk (C, h, w); gamma (N,); loc_k, prec_k (N, H', W') the prior's means and
+    precisions. Returns (maps (N, H', W'), log q (N,), residual R_k - maps * d_k (N, C, H, W)).
+    """
+    N, Hp, Wp = Wk.shape
+    C, h, w = dk.shape
+    grid = colour_grid((Hp, Wp), (h, w))
+    M, L, _, _ = grid
+    cur, R_pad, lk, pk = _padded(Wk, R_k, loc_k, prec_k, grid)
+    ones = jnp.ones((N,), Wk.dtype)
+
+    def colour(c, carry):
+        Wn, R_pad, logq = carry
+        ci, cj = c // w, c % w
+        mean, P, valid, w_old, Rb = _class_terms(R_pad, Wn, lk, pk, dk, ones, gamma, ci, cj,
+                                                 grid, (Hp, Wp))
+        eps = jax.random.normal(jax.random.fold_in(key, c), mean.shape, mean.dtype)
+        forced = _lattice(_block(cur, ci, cj, M, L, h, w), M, L, h, w)
+        new = jnp.where(valid, jnp.where(force[:, None, None], forced, mean + eps / jnp.sqrt(P)),
+                        0.0)
+        z2 = P * (new - mean) ** 2
+        lq = jnp.where(valid, 0.5 * (jnp.log(P) - jnp.log(2 * jnp.pi) - z2), 0.0)
+        Wn, R_pad = _set_class(Wn, R_pad, Rb, new, w_old, ones, dk, ci, cj, grid)
+        return Wn, R_pad, logq + jnp.sum(lq, (1, 2))
+
+    start = (jnp.zeros_like(cur), R_pad, jnp.zeros((N,), Wk.dtype))
+    Wn, R_pad, logq = jax.lax.fori_loop(0, h * w, colour, start)
+    H, Wd = R_k.shape[-2:]
+    return Wn[:, :Hp, :Wp], logq, R_pad[..., :H, :Wd]
 
 
 def draw_maps_parallel(key, W, R, b, d, gamma, loc, prec, *, pool_size=None):

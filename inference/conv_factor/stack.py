@@ -184,10 +184,12 @@ def _chain(state, X, *, model, table, burn_in, draws):
 
 
 def fit_layer(X, *, K: int, atom_shape, burn_in: int = 100, draws: int = 50, pool: bool = False,
-              pool_size: int = 2, threshold: float = 0.05, seed: int = 0, priors=None) -> LayerFit:
+              pool_size: int = 2, threshold: float = 0.05, seed: int = 0, priors=None,
+              joint_b: bool = True) -> LayerFit:
     """One layer by the exact block Gibbs sampler: ``burn_in`` sweeps, then ``draws`` sweeps
     averaged. X (N, C, H, W). ``pool``: the paper's max-pooling after each map's draw (outside
-    the model). Elements with usage (posterior frequency of b = 1) <= ``threshold`` are dropped."""
+    the model); ``joint_b``: the joint (b, W) move (:func:`.cfa_updates`). Elements with usage
+    (posterior frequency of b = 1) <= ``threshold`` are dropped."""
     X = jnp.asarray(X)
     if X.ndim != 4:
         raise ValueError(f"fit_layer needs images shaped (N, C, H, W), got shape {X.shape}.")
@@ -197,7 +199,7 @@ def fit_layer(X, *, K: int, atom_shape, burn_in: int = 100, draws: int = 50, poo
     if burn_in < 0 or draws < 1:
         raise ValueError(f"need burn_in >= 0 and draws >= 1, got {burn_in} and {draws}.")
     model = partial(conv_factor, K=K, atom_shape=(h, w), priors=priors)
-    table = tuple(cfa_updates(pool=pool, pool_size=pool_size))
+    table = tuple(cfa_updates(pool=pool, pool_size=pool_size, joint_b=joint_b))
     key, k0 = jax.random.split(jax.random.PRNGKey(seed))
     state = SweepState(initial_values(X, K, (h, w), k0), key, jnp.zeros((), X.dtype),
                        jnp.zeros((), bool))

@@ -2,7 +2,8 @@
 & Carin). Data: an image stack, (N, H, W) greyscale or (N, H, W, C). Method: the exact block
 Gibbs sampler (``gibbs``); ``--pool P`` adds the paper's P x P max-pooling after each map's
 draw and ``--w_update parallel`` its all-shifts-at-once update (both outside the model: the
-draws are then not from the posterior), ``--atom A`` the atoms' size (A x A)."""
+draws are then not from the posterior), ``--atom A`` the atoms' size (A x A), ``--joint_b off``
+leaves out the joint (b, W) birth/death move (the paper's sampler)."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ def _options(cfg, shape):
                          f"got {atom}.")
     if pool < 0:
         raise ValueError(f"--pool must be 0 (off) or a pooling region's side, got {pool}.")
-    return atom, pool, cfg.options.get("w_update", "exact")
+    return atom, pool, cfg.options.get("w_update", "exact"), cfg.options.get("joint_b", "on") == "on"
 
 
 def _start(X, K, atom, chains, seed):
@@ -68,10 +69,10 @@ def _run_gibbs(data, cfg):
     from latentzoo.inference.gibbs import ConjugateGibbs
 
     X = as_channels_first(data)
-    atom, pool, w_update = _options(cfg, X.shape)
+    atom, pool, w_update, joint_b = _options(cfg, X.shape)
     if cfg.quick:
         cfg = cfg._replace(samples=min(cfg.samples, 50), warmup=min(cfg.warmup, 50))
-    table = cfa_updates(w_update=w_update, pool=pool > 0, pool_size=max(pool, 1))
+    table = cfa_updates(w_update=w_update, pool=pool > 0, pool_size=max(pool, 1), joint_b=joint_b)
     model = partial(conv_factor, K=cfg.K, atom_shape=(atom, atom))  # shapes bound (MCMC traces args)
     mcmc = runs.run_mcmc(ConjugateGibbs(model, table), cfg, jnp.asarray(X),
                          init_params=_start(jnp.asarray(X), cfg.K, atom, cfg.chains, cfg.seed),
@@ -170,6 +171,9 @@ CFA = register(
             Option("w_update", "maps drawn by colour classes of non-overlapping shifts (exact) or "
                    "all shifts at once (the paper's eqs. 6-7, not exact)",
                    choices=("exact", "parallel"), default="exact"),
+            Option("joint_b", "the exact birth/death move of (b_nk, W_nk) after b's update, so "
+                   "that elements switch on and off (off: the paper's sampler)",
+                   choices=("on", "off"), default="on"),
         ),
     )
 )
