@@ -35,7 +35,8 @@ def _options(cfg, shape):
                          f"got {atom}.")
     if pool < 0:
         raise ValueError(f"--pool must be 0 (off) or a pooling region's side, got {pool}.")
-    return atom, pool, cfg.options.get("w_update", "exact"), cfg.options.get("joint_b", "on") == "on"
+    joint_b = cfg.options.get("joint_b", "on") == "on"
+    return atom, pool, cfg.options.get("w_update", "exact"), joint_b
 
 
 def _start(X, K, atom, chains, seed):
