@@ -1,9 +1,10 @@
 """Registry entry: convolutional factor analysis, one layer (Chen, Polatkan, Sapiro, Blei, Dunson
-& Carin). Data: an image stack, (N, H, W) greyscale or (N, H, W, C). Method: the exact block
-Gibbs sampler (``gibbs``); ``--pool P`` adds the paper's P x P max-pooling after each map's
-draw and ``--w_update parallel`` its all-shifts-at-once update (both outside the model: the
-draws are then not from the posterior), ``--atom A`` the atoms' size (A x A), ``--joint_b off``
-leaves out the joint (b, W) birth/death move (the paper's sampler)."""
+& Carin). Data: an image stack, (N, H, W) greyscale or (N, H, W, C). Methods: the exact block
+Gibbs sampler (``gibbs``) and batch CAVI (``vb``, a point fit). ``--atom A`` sets the atoms'
+size (A x A). Gibbs only: ``--pool P`` adds the paper's P x P max-pooling after each map's draw
+and ``--w_update parallel`` its all-shifts-at-once update (both outside the model: the draws
+are then not from the posterior); ``--joint_b off`` leaves out the joint (b, W) birth/death
+move (the paper's sampler)."""
 
 from __future__ import annotations
 
@@ -83,6 +84,36 @@ def _run_gibbs(data, cfg):
     return runs.mcmc_idata(mcmc, log_likelihood={"X": ll}, drop=DROP)
 
 
+def _run_vb(data, cfg):
+    """Batch CAVI (:func:`~latentzoo.inference.conv_factor.vb.fit_vb`): a point fit whose stored
+    estimates are the posterior means of the atoms, usages and noise precisions and the
+    identified summaries (the per-image maps stay out, as for the sampler)."""
+    from latentzoo.inference.conv_factor.vb import fit_vb, reconstruction
+
+    X = as_channels_first(data)
+    atom, pool, w_update, _ = _options(cfg, X.shape)
+    if pool or w_update != "exact":
+        raise ValueError("--pool and --w_update parallel belong to the gibbs method; vb is exact "
+                         "coordinate ascent.")
+    sweeps, restarts = runs.point_sizes(cfg, sweeps=200, quick_sweeps=20)
+    fit = fit_vb(X, K=cfg.K, atom_shape=(atom, atom), num_steps=sweeps, seed=cfg.seed,
+                 restarts=restarts)
+    p = {k: np.asarray(v) for k, v in fit.params.items()}
+    resid = np.sqrt(np.sum((X - np.asarray(reconstruction(fit.params))) ** 2, axis=(1, 2, 3)))
+    recon = np.sqrt(np.sum(np.asarray(reconstruction(fit.params)) ** 2, axis=(1, 2, 3)))
+    gamma = p["gamma_concentration"] / p["gamma_rate"]
+    estimates = {
+        "d": p["d_loc"], "beta": p["beta_concentration"] / p["beta_rate"],
+        "pi": p["pi_concentration1"] / (p["pi_concentration1"] + p["pi_concentration0"]),
+        "usage": p["b_probs"].mean(0), "gamma": gamma,
+        "num_active": np.sum(np.any(p["b_probs"] > 0.5, axis=0)),
+        "recon_norm": recon, "resid_norm": resid,
+    }
+    ll = _pointwise_loglik({"gamma": gamma, "resid_norm": resid}, int(np.prod(X.shape[1:])))
+    return runs.point_idata(estimates, -np.asarray(fit.losses), observed={"X": X},
+                            log_likelihood={"X": ll})
+
+
 # ------------------------------------------------------------------------------- checks
 def _recon_energy(v):
     mean = reconstruct(v["b"][:, :, None, None] * v["W"], v["d"])
@@ -158,7 +189,7 @@ CFA = register(
         model=conv_factor,
         data_kind=IMAGE_STACK,
         default_data=lambda seed: default_cfa_data(seed),
-        methods=(Method("gibbs", _run_gibbs),),
+        methods=(Method("gibbs", _run_gibbs), Method("vb", _run_vb, kind="point")),
         identified=("num_active", "gamma", "recon_norm", "resid_norm"),
         trace_sites=("num_active",),
         posterior_predictive=None,
