@@ -1,0 +1,29 @@
+"""``experiments/cfa_denoise.py --quick`` denoises and inpaints a small crop of a shipped sample
+image, with its baselines, and writes its JSON."""
+
+import json
+
+import numpy as np
+
+
+def test_cfa_denoise_quick(load_experiment, tmp_path):
+    exp = load_experiment("cfa_denoise")
+    exp.main(["--quick", "--sigmas", "25", "--out", str(tmp_path)])
+    res = json.loads((tmp_path / "cfa_denoise.json").read_text())
+    tasks = [r["task"] for r in res["results"]]
+    assert tasks == ["denoise sigma=25", "inpaint 50% missing"]
+    for r in res["results"]:
+        assert all(np.isfinite(v) and 5 < v < 60 for v in r["psnr"].values()), r
+        assert r["noise_sd_estimate"] > 0 and r["elements_in_use"] >= 0
+    # the patch baseline is a real denoiser: it beats the noisy input even at quick sizes
+    den = res["results"][0]["psnr"]
+    assert den["dictionary_learning"] > den["degraded"] + 1
+
+
+def test_cfa_denoise_refuses_bad_arguments(load_experiment, tmp_path):
+    import pytest
+
+    exp = load_experiment("cfa_denoise")
+    with pytest.raises(SystemExit):
+        exp.main(["--quick", "--missing", "1.5", "--out", str(tmp_path)])
+    assert not list(tmp_path.iterdir())
