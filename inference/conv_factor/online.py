@@ -10,14 +10,16 @@ q(gamma_n) are local: given the global factors the images are independent.
 
 1. *local*: for every image of B, ``local_iters`` coordinate-ascent passes (the batch CAVI's
    per-image updates, :func:`~latentzoo.inference.conv_factor.vb_moments.local_maps`, q(alpha),
-   q(gamma)) from a fresh start, given the current global factors. The per-image work is one
-   ``jax.vmap``; the image axis is sharded over a 1-D mesh of devices
+   q(gamma)) from a fresh start, given the current global factors. During the first
+   ``burn_in`` steps the switches are held on and <alpha> at its start (an initialisation of
+   the atoms from the data, like the batch fit's first sweep; see :func:`local_fit`). The
+   per-image work is one ``jax.vmap``; the image axis is sharded over a 1-D mesh of devices
    (:class:`jax.sharding.NamedSharding`), so each device runs its images and the statistics
    below are summed across devices by XLA.
 2. *global*: the intermediate natural parameters are those the batch CAVI update would give if
-   the data were B repeated :math:`N/|B|` times (statistics scaled by :math:`N/|B|`), each atom's computed with
-   the other atoms at their current means (the natural gradient of the ELBO in each global
-   block); the natural parameters move by step size :math:`\rho_t = (\tau_0 + t)^{-\kappa}`:
+   the data were B repeated :math:`N/|B|` times (statistics scaled by :math:`N/|B|`), atoms in
+   turn as in the batch update (each from the residual with the atoms before it moved: the
+   natural gradient of the ELBO in each global block); the natural parameters move by step size :math:`\rho_t = (\tau_0 + t)^{-\kappa}`:
    :math:`\lambda \leftarrow (1-\rho_t)\lambda + \rho_t\hat\lambda` for q(pi) (Beta) and q(d_k)
    (per-channel precision matrix and linear term). q(beta) depends on no data and is set to its
    exact optimum given the new q(d) (a coordinate-ascent step on a block without noise).
@@ -79,9 +81,11 @@ def _moments(g: GlobalState) -> AtomMoments:
     return atom_moments(g.d_loc, cov_from_tril(g.d_scale_tril), Elp - El1)
 
 
-def local_fit(x, am: AtomMoments, ip: _ImagePriors, iters: int):
+def local_fit(x, am: AtomMoments, ip: _ImagePriors, iters: int, burn=False):
     """Local coordinate ascent for ONE image x (C, H, W) given the global moments: ``iters``
-    passes of (maps and switches, q(alpha), q(gamma)) from the batch fit's start. Returns
+    passes of (maps and switches, q(alpha), q(gamma)) from the batch fit's start. With ``burn``
+    (a traced bool: the burn-in steps) the switches are held on (rho = 1) and <alpha> at its start
+    (1), so every atom gets statistics before the coefficient prior can switch it off. Returns
     ``(mu, s, rho, E_gamma)``."""
     K, Hp, Wp = ip.e.shape
     P = x.size
@@ -93,7 +97,9 @@ def local_fit(x, am: AtomMoments, ip: _ImagePriors, iters: int):
     def one(_, carry):
         mu, s, rho, E_alpha, E_gamma = carry
         mu, s, rho = local_maps(x, mu, s, rho, E_alpha, E_gamma, ip.W_loc, am)
-        E_alpha = (ip.e + 0.5) / (ip.f + 0.5 * ((mu - ip.W_loc) ** 2 + s))
+        rho = jnp.where(burn, 1.0, rho)
+        E_alpha = jnp.where(burn, E_alpha,
+                            (ip.e + 0.5) / (ip.f + 0.5 * ((mu - ip.W_loc) ** 2 + s)))
         E_gamma = ga / (ip.d + 0.5 * expected_sq_resid(x, mu, s, rho, am))
         return mu, s, rho, E_alpha, E_gamma
 
@@ -101,30 +107,39 @@ def local_fit(x, am: AtomMoments, ip: _ImagePriors, iters: int):
     return mu, s, rho, E_gamma
 
 
-def _image_stats(x, mu, s, rho, E_gamma, am: AtomMoments):
-    """One image's statistics for the global step, Jacobi in the atoms (each with the other
-    atoms at their current means): (rho (K,), A (K, 2h-1, 2w-1), lin (K, C, h, w))."""
-    Y = jax.vmap(lambda m, d: reconstruct(m[None, None], d[None])[0])(mu, am.m)  # (K, C, H, W)
-    R = x - jnp.sum(rho[:, None, None, None] * Y, 0)
-    Z = R[None] + rho[:, None, None, None] * Y
-    A, lin = jax.vmap(atom_stats)(Z, mu, s, E_gamma * rho)
-    return rho, A, lin
-
-
-def _global_step(g: GlobalState, rho_sum, n_sum, A, lin, pri, scale, tau0, kappa) -> GlobalState:
+def _global_step(g: GlobalState, X, wts, mu, s, rho, E_gamma, pri, scale, tau0, kappa) -> GlobalState:
+    """The stochastic natural-gradient step on the globals from one mini-batch X (B, C, H, W)
+    with weights ``wts`` (B,) (0 on padding) and its local factors. Atoms in turn, as the batch
+    update_d: atom k's intermediate natural parameters are computed from the residual with the
+    atoms before it already moved (a block-coordinate natural-gradient step; updating every atom
+    from one residual overshoots when several atoms explain the same structure)."""
     K, C, h, w = g.d_loc.shape
     r = (tau0 + g.step) ** (-kappa)
     E_beta, _ = gamma_moments(g.beta_a, g.beta_b)
     eb = E_beta.reshape(K, C, h * w)
-    P_hat = toeplitz(scale * A, h, w)[:, None] + eb[..., None] * jnp.eye(h * w)
-    lin_hat = scale * lin.reshape(K, C, h * w) + eb * pri.d_loc.reshape(K, C, h * w)
-    d_prec = (1 - r) * g.d_prec + r * P_hat
-    d_lin = (1 - r) * g.d_lin + r * lin_hat
-    mean, tril = gaussian_block(d_prec, d_lin)
-    d_loc = mean.reshape(K, C, h, w)
+    R = X - reconstruct(rho[:, :, None, None] * mu, g.d_loc)
+    stats = jax.vmap(atom_stats)
+
+    def atom(k, carry):
+        d_prec, d_lin, d_loc, tril, R = carry
+        Z = R + rho[:, k, None, None, None] * reconstruct(mu[:, k][:, None], d_loc[k][None])
+        A, lin = stats(Z, mu[:, k], s[:, k], wts * E_gamma * rho[:, k])
+        P_hat = toeplitz(scale * A.sum(0), h, w)[None] + eb[k][..., None] * jnp.eye(h * w)
+        lin_hat = scale * lin.sum(0).reshape(C, h * w) + eb[k] * pri.d_loc[k].reshape(C, h * w)
+        prec_k = (1 - r) * d_prec[k] + r * P_hat
+        lin_k = (1 - r) * d_lin[k] + r * lin_hat
+        mean, T = gaussian_block(prec_k, lin_k)
+        mean = mean.reshape(C, h, w)
+        R = Z - rho[:, k, None, None, None] * reconstruct(mu[:, k][:, None], mean[None])
+        return (d_prec.at[k].set(prec_k), d_lin.at[k].set(lin_k), d_loc.at[k].set(mean),
+                tril.at[k].set(T), R)
+
+    d_prec, d_lin, d_loc, tril, _ = jax.lax.fori_loop(
+        0, K, atom, (g.d_prec, g.d_lin, g.d_loc, g.d_scale_tril, R))
     var = jnp.diagonal(cov_from_tril(tril), axis1=-2, axis2=-1).reshape(K, C, h, w)
+    rho_sum = wts @ rho
     pi_a1 = (1 - r) * g.pi_a1 + r * (pri.pi_a + scale * rho_sum)
-    pi_a0 = (1 - r) * g.pi_a0 + r * (pri.pi_b + scale * (n_sum - rho_sum))
+    pi_a0 = (1 - r) * g.pi_a0 + r * (pri.pi_b + scale * (wts.sum() - rho_sum))
     beta_b = pri.h + 0.5 * ((d_loc - pri.d_loc) ** 2 + var)
     return GlobalState(pi_a1, pi_a0, d_prec, d_lin, d_loc, tril, pri.g + 0.5, beta_b,
                        g.step + 1)
@@ -140,7 +155,11 @@ class OnlineConvFactor:
         atom_shape: (h, w).
         priors: dict overriding :func:`~latentzoo.models.conv_factor.default_priors`.
         tau0, kappa: step size (tau0 + t)^-kappa.
-        local_iters: coordinate-ascent passes per image and step.
+        local_iters: coordinate-ascent passes per image and step (and for :meth:`transform`
+            unless it is given ``iters``).
+        burn_in: the first ``burn_in`` steps hold every switch on and <alpha> at 1 in the local
+            step (:func:`local_fit`); without it the coefficient prior switches every element off
+            on the starting atoms (paper's alpha ~ Ga(1, 1e-3)) and no atom ever gets data.
         seed: picks the starting atoms (patches of the first batch).
         devices: the devices the image axis is sharded over (default: all of ``jax.devices()``).
 
@@ -153,16 +172,20 @@ class OnlineConvFactor:
     """
 
     def __init__(self, K: int, *, n_total: int, atom_shape=(3, 3), priors=None, tau0: float = 1.0,
-                 kappa: float = 0.7, local_iters: int = 10, seed: int = 0, devices=None):
+                 kappa: float = 0.7, local_iters: int = 30, seed: int = 0, devices=None,
+                 burn_in: int = 6):
         if isinstance(K, bool) or not isinstance(K, (int, np.integer)) or K < 1:
             raise ValueError(f"K must be a positive integer, got {K!r}.")
         if not n_total >= 1:
             raise ValueError(f"n_total must be a positive number of images, got {n_total!r}.")
+        if isinstance(burn_in, bool) or not isinstance(burn_in, (int, np.integer)) or burn_in < 0:
+            raise ValueError(f"burn_in must be a number of steps >= 0, got {burn_in!r}.")
         if not (0.5 < kappa <= 1.0) or tau0 < 0:
             raise ValueError(f"the step size needs 0.5 < kappa <= 1 and tau0 >= 0, got kappa={kappa}, tau0={tau0}.")
         self.K, self.n_total, self.atom_shape = int(K), float(n_total), tuple(int(a) for a in atom_shape)
         self.priors, self.tau0, self.kappa = priors, float(tau0), float(kappa)
         self.local_iters, self.seed = int(local_iters), int(seed)
+        self.burn_in = int(burn_in)
         self.mesh = Mesh(np.asarray(devices if devices is not None else jax.devices()), ("images",))
         self._images = NamedSharding(self.mesh, PartitionSpec("images"))
         self._replicated = NamedSharding(self.mesh, PartitionSpec())
@@ -203,26 +226,20 @@ class OnlineConvFactor:
                         jnp.broadcast_to(self._pri.g + 0.5, m.shape), jnp.zeros((), jnp.float64))
         self.state = jax.device_put(g, self._replicated)
         iters, ip = self.local_iters, self._ip
-        fit = jax.vmap(local_fit, in_axes=(0, None, None, None))
-        stats = jax.vmap(_image_stats, in_axes=(0, 0, 0, 0, 0, None))
-        tau0, kappa = self.tau0, self.kappa
+        fit = jax.vmap(local_fit, in_axes=(0, None, None, None, None))
+        tau0, kappa, burn_in = self.tau0, self.kappa, self.burn_in
 
         def step(g, X, wts, scale):
-            am = _moments(g)
-            mu, s, rho, E_gamma = fit(X, am, ip, iters)
-            rho_n, A, lin = stats(X, mu, s, rho, E_gamma, am)
-            rho_sum = jnp.einsum("n,nk->k", wts, rho_n)
-            A = jnp.einsum("n,nkuv->kuv", wts, A)
-            lin = jnp.einsum("n,nkcuv->kcuv", wts, lin)
-            return _global_step(g, rho_sum, wts.sum(), A, lin, self._pri, scale, tau0, kappa)
+            mu, s, rho, E_gamma = fit(X, _moments(g), ip, iters, g.step < burn_in)
+            return _global_step(g, X, wts, mu, s, rho, E_gamma, self._pri, scale, tau0, kappa)
 
-        def locals_(g, X):
+        def locals_(g, X, iters):
             am = _moments(g)
-            mu, s, rho, E_gamma = fit(X, am, ip, iters)
+            mu, s, rho, E_gamma = fit(X, am, ip, iters, g.step < burn_in)
             return mu, s, rho, E_gamma, reconstruct(rho[:, :, None, None] * mu, am.m)
 
         self._step = jax.jit(step, out_shardings=self._replicated)
-        self._locals = jax.jit(locals_)
+        self._locals = jax.jit(locals_, static_argnums=2)
 
     # ------------------------------------------------------------------------- public
     def partial_fit(self, X) -> "OnlineConvFactor":
@@ -249,22 +266,29 @@ class OnlineConvFactor:
         if self.state is None:
             raise ValueError("the model has seen no images yet; call partial_fit first.")
 
-    def transform(self, X) -> dict:
+    def _iters(self, iters):
+        if iters is None:
+            return self.local_iters
+        if isinstance(iters, bool) or not isinstance(iters, (int, np.integer)) or iters < 1:
+            raise ValueError(f"iters must be a positive integer, got {iters!r}.")
+        return int(iters)
+
+    def transform(self, X, *, iters: int | None = None) -> dict:
         """The local factors of images X given the current global ones: ``W_loc``, ``W_scale``
         (B, K, H', W'), ``b_probs`` (B, K), ``E_gamma`` (B,)."""
         self._require()
         X = self._check(X)
         Xs, _ = self._shard(X)
-        mu, s, rho, Eg, _ = self._locals(self.state, Xs)
+        mu, s, rho, Eg, _ = self._locals(self.state, Xs, self._iters(iters))
         n = X.shape[0]
         return {"W_loc": mu[:n], "W_scale": jnp.sqrt(s[:n]), "b_probs": rho[:n], "E_gamma": Eg[:n]}
 
-    def reconstruct(self, X):
+    def reconstruct(self, X, *, iters: int | None = None):
         """The expected reconstruction sum_k rho_nk mu_nk * m_k of images X (B, C, H, W)."""
         self._require()
         X = self._check(X)
         Xs, _ = self._shard(X)
-        return self._locals(self.state, Xs)[-1][: X.shape[0]]
+        return self._locals(self.state, Xs, self._iters(iters))[-1][: X.shape[0]]
 
     @property
     def params(self) -> dict:

@@ -29,33 +29,52 @@ def _recon_error(X, X_hat):
     return float(np.mean(np.sqrt(np.sum((np.asarray(X) - np.asarray(X_hat)) ** 2, (1, 2, 3)))))
 
 
-# Coefficient precisions Ga(1, 1) and a weakly informative noise precision. At the paper's
-# Ga(1, 1e-3) (<alpha> = 1000 a priori) each image's local fit, started cold at every step, falls
-# into the all-switches-off fixed point before the atoms can grow, and online VB reconstructs
-# nothing (error = mean ||X_n||, 3.83 here, against batch CAVI's 0.41, whose local factors carry
-# over between sweeps). See docs/models/conv_factor_vb.md.
+# Coefficient precisions Ga(1, 1) and a weakly informative noise precision; PAPER_ALPHA has the
+# paper's (and default_priors') coefficient prior Ga(1, 1e-3). See docs/models/conv_factor_vb.md.
 PRIORS = {"alpha": dist.Gamma(1.0, 1.0), "gamma": dist.Gamma(1.0, 0.01)}
+PAPER_ALPHA = {"alpha": dist.Gamma(1.0, 1e-3), "gamma": dist.Gamma(1.0, 0.01)}
+ONLINE = dict(kappa=0.55, local_iters=30, burn_in=6, seed=0)
+
+
+def _in_use(online, X):
+    return int(np.sum(np.any(np.asarray(online.transform(X)["b_probs"]) > 0.5, 0)))
 
 
 def test_online_reaches_the_batch_reconstruction_error():
     # Same 24 digits, K, atoms and priors. Batch CAVI for 150 sweeps: mean ||X_n - X_hat_n|| =
-    # 0.85. Online VB with batches of 6 for 8 epochs (32 steps, kappa = 0.6, 10 local passes):
-    # 1.06 (0.98 after 20 epochs of 20 local passes). Tolerance: 30 % above batch; a model that
-    # reconstructs nothing scores 3.83.
+    # 0.85 (1 element in use). Online VB, batches of 4 for 4 epochs (24 steps, 6 of burn-in,
+    # 30 local passes): 0.74 (per epoch 1.41, 0.99, 0.81, 0.74). It must be within 5 % of batch;
+    # a wrong residual in the atoms-in-turn step fails it. (A dropped N/|B| scale or a wrong
+    # pi count fails the first-step test below; rho_t = 1 always is NOT caught here.)
     X = _digits()
     fit = fit_vb(X, K=K, atom_shape=ATOM, num_steps=150, seed=0, rtol=1e-7, priors=PRIORS)
     batch = _recon_error(X, reconstruction(fit.params))
-    online = OnlineConvFactor(K, n_total=len(X), atom_shape=ATOM, kappa=0.6, local_iters=10,
-                              seed=0, priors=PRIORS)
-    online.fit(X, batch_size=6, epochs=8)
+    online = OnlineConvFactor(K, n_total=len(X), priors=PRIORS, atom_shape=ATOM, **ONLINE)
+    online.fit(X, batch_size=4, epochs=4)
     err = _recon_error(X, online.reconstruct(X))
     assert batch < 1.0
-    assert err < 1.3 * batch, (err, batch)
-    assert online.n_seen == 8 * len(X)
+    assert err <= 1.05 * batch, (err, batch)
+    assert _in_use(online, X) >= 1
+    assert online.n_seen == 4 * len(X)
     # the state is the global factors only: its size does not depend on the images seen
     size = sum(np.size(a) for a in online.state)
     online.partial_fit(X[:6])
     assert sum(np.size(a) for a in online.state) == size
+
+
+def test_online_does_not_collapse_at_the_paper_coefficient_prior():
+    # alpha ~ Ga(1, 1e-3) (<alpha> = 1000 a priori). Without the burn-in every element is
+    # switched off on the starting atoms and online VB reconstructs nothing (error = mean
+    # ||X_n|| = 3.83). With it: elements stay in use and the error after 3 epochs is 1.70.
+    # Batch CAVI reaches 0.39 here: online does NOT reach it at this prior (documented gap);
+    # the test pins that it learns (error below half of ||X||), not that it matches.
+    X = _digits()
+    online = OnlineConvFactor(K, n_total=len(X), priors=PAPER_ALPHA, atom_shape=ATOM, **ONLINE)
+    online.fit(X, batch_size=4, epochs=3)
+    err = _recon_error(X, online.reconstruct(X))
+    norm = float(np.mean(np.sqrt(np.sum(X**2, (1, 2, 3)))))
+    assert _in_use(online, X) >= 1
+    assert err < 0.5 * norm, (err, norm)
 
 
 def test_online_refuses_bad_input():
@@ -67,6 +86,10 @@ def test_online_refuses_bad_input():
         online.partial_fit(np.zeros((2, 1, 6, 6)))
     with pytest.raises(ValueError, match="kappa"):
         OnlineConvFactor(2, n_total=10, kappa=0.3)
+    with pytest.raises(ValueError, match="burn_in"):
+        OnlineConvFactor(2, n_total=10, burn_in=-1)
+    with pytest.raises(ValueError, match="iters"):
+        online.transform(np.zeros((1, 1, 5, 5)), iters=0)
 
 
 _SHARDED = textwrap.dedent("""
