@@ -142,6 +142,12 @@ TESTS = {
     "inference/rank_svm/dp.py": ["tests/inference/test_rank_svm_gibbs.py"],
     "inference/rank_svm/shrinkage.py": ["tests/inference/test_rank_svm_gibbs.py"],
     "inference/rank_svm/moves.py": ["tests/inference/test_rank_svm_gibbs.py"],
+    "inference/conv_factor/shifts.py": ["tests/inference/test_conv_factor_gibbs.py"],
+    "inference/conv_factor/gibbs.py": ["tests/inference/test_conv_factor_gibbs.py"],
+    "inference/conv_factor/joint_b.py": ["tests/inference/test_conv_factor_gibbs.py"],
+    "inference/conv_factor/vb_moments.py": ["tests/inference/test_conv_factor_vb.py"],
+    "inference/conv_factor/vb.py": ["tests/inference/test_conv_factor_vb.py"],
+    "inference/conv_factor/restore.py": ["tests/inference/test_conv_factor_restore.py"],
 }
 
 # The hand-derived updates and moves of each module: mutants here are selected first.
@@ -185,6 +191,12 @@ FOCUS = {
                               "_label_conditional", "_features", "_loadings_prior", "loadings_natural",
                               "_split_loadings", "_Psi_conditional", "_pi_conditional", "_group_basis"],
     "inference/ta/moves.py": None,
+    "inference/conv_factor/shifts.py": ["_class_terms", "draw_maps_coloured", "draw_maps_parallel",
+                                        "max_pool", "_pool_element", "scan_from_zero", "_set_class"],
+    "inference/conv_factor/gibbs.py": ["residual", "b_logits", "_b_draw", "atom_natural", "_d_draw",
+                                       "_gamma_conditional", "_precision_update"],
+    "inference/conv_factor/joint_b.py": None,
+    "inference/conv_factor/restore.py": ["impute_missing", "_chain"],
     "inference/ta/shift.py": None,
     "inference/mfa/em.py": ["_component_terms", "mfa_log_likelihood", "mfa_em_step"],
     # the MAP pseudo-counts and the exact E-step's statistics; the rest is plumbing
