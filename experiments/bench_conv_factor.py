@@ -1,8 +1,9 @@
 """Benchmark: convolutional FA's exact Gibbs sweep, JAX against plain NumPy, in the same run.
 
 1. Seconds per sweep per image of the exact block Gibbs sweep (W by colour classes, b, d, pi,
-   gamma, alpha, beta; :func:`latentzoo.inference.conv_factor.cfa_updates`), jitted and scanned,
-   against the same sweep written in NumPy/SciPy (same colouring, same order, the residual
+   gamma, alpha, beta; :func:`latentzoo.inference.conv_factor.cfa_updates` with
+   ``joint_b=False``, the paper's sweep, which is what the NumPy sweep implements), jitted and
+   scanned, against the same sweep written in NumPy/SciPy (same colouring, same order, the residual
    carried through the updates) at 64x64 greyscale crops of scikit-learn's sample images, K = 32,
    7x7 atoms. Both start from one state after a few JAX burn-in sweeps; before timing, the NumPy
    pieces are checked against the JAX ones (a colour class's conditional mean and precision, b's
@@ -10,7 +11,11 @@
 2. The correlation both the sampler's conditionals need, R ⋆ d_k over all elements: the
    direct ``lax.conv`` path (what the sampler uses; its colour classes are strided ``lax.conv``
    calls) against an FFT correlation of the same operation (``jnp.fft``), same inputs.
-3. Online VB (:class:`~latentzoo.inference.conv_factor.online.OnlineConvFactor`): images per
+3. The alpha update's Gamma draws alone (one per map coefficient, N·K·H'·W' of them, shape
+   e + 1/2 and rates f + w²/2 at the timed state): ``jax.random.gamma`` (what the update used
+   before) against :func:`latentzoo.inference.gamma_draws.gamma_draw` (what it uses now), and
+   a KS p-value of each against the exact Gamma as a sanity check.
+4. Online VB (:class:`~latentzoo.inference.conv_factor.online.OnlineConvFactor`): images per
    second of ``partial_fit`` (compilation excluded) and the process's resident and peak memory
    after streaming growing numbers of images (it must not grow with them); run first, so that
    the peak is its own.
@@ -40,7 +45,8 @@ import latentzoo  # noqa: E402,F401
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-from latentzoo.inference.conv_factor import atom_natural, b_logits, cfa_updates, class_conditional, residual  # noqa: E402
+from latentzoo.inference.conv_factor import alpha_update, atom_natural, b_logits, cfa_updates, class_conditional, residual  # noqa: E402
+from latentzoo.inference.gamma_draws import gamma_draw  # noqa: E402
 from latentzoo.inference.conv_factor.stack import initial_values  # noqa: E402
 from latentzoo.inference.gibbs import SweepState, read_model, sweep  # noqa: E402
 from latentzoo.models.conv_factor import conv_factor, correlate  # noqa: E402
@@ -233,10 +239,31 @@ def profile_updates(model, table, z, X):
     return out
 
 
+def bench_gamma_draws(model, z, X, repeats=5):
+    """Seconds per call of the alpha update's Gamma draws at state ``z``: jax.random.gamma
+    against gamma_draw, both jitted, same shapes and rates."""
+    from scipy import stats
+
+    priors, obs, _ = read_model(model, z, (X,), {})
+    post = alpha_update().conditional(z, obs, priors)["alpha"]
+    a, rate = jnp.broadcast_arrays(post.concentration, post.rate)
+    old = jax.jit(lambda k: jax.random.gamma(k, a) / rate)
+    new = jax.jit(lambda k: gamma_draw(k, a, rate))
+    keys = iter(jax.random.split(jax.random.PRNGKey(7), 2 * repeats + 4))
+    t_old = _best(lambda: old(next(keys)), repeats)
+    t_new = _best(lambda: new(next(keys)), repeats)
+    shape = float(jnp.ravel(a)[0])
+    ks = {name: float(stats.kstest(np.ravel(np.asarray(f(next(keys)) * rate)),
+                                   stats.gamma(shape).cdf).pvalue)
+          for name, f in (("jax_random_gamma", old), ("gamma_draw", new))}
+    return {"draws": int(a.size), "shape": shape, "jax_random_gamma_s": t_old,
+            "gamma_draw_s": t_new, "speedup": t_old / t_new, "ks_pvalue_unit_rate": ks}
+
+
 def bench_sweep(N, size, K, atom, jax_sweeps, np_sweeps, burn_in, seed=0):
     X = jnp.asarray(sample_crops(N, size, seed))
     model = partial(conv_factor, K=K, atom_shape=(atom, atom))
-    table = cfa_updates()
+    table = cfa_updates(joint_b=False)  # the NumPy sweep has no joint (b, W) move: like for like
     key = jax.random.PRNGKey(seed)
     state = SweepState(initial_values(X, K, (atom, atom), key), key, jnp.zeros(()), jnp.zeros((), bool))
 
@@ -260,6 +287,7 @@ def bench_sweep(N, size, K, atom, jax_sweeps, np_sweeps, burn_in, seed=0):
         s = np_sweep(rng, s, np.asarray(X), hp)
     t_np = (time.perf_counter() - t) / (np_sweeps * N)
     print("  Gibbs: JAX and NumPy timed", flush=True)
+    draws = bench_gamma_draws(model, state.z, X)
     R = residual(state.z, X)
     d = state.z["d"]
     direct = jax.jit(correlate)
@@ -267,10 +295,10 @@ def bench_sweep(N, size, K, atom, jax_sweeps, np_sweeps, burn_in, seed=0):
     diff = float(jnp.max(jnp.abs(direct(R, d) - fft(R, d))))
     t_direct, t_fft = _best(lambda: direct(R, d), 5), _best(lambda: fft(R, d), 5)
     return {"N": N, "image": [size, size], "K": K, "atom": [atom, atom],
-            "jax_sweeps": jax_sweeps, "numpy_sweeps": np_sweeps, "burn_in": burn_in,
+            "joint_b_move": False, "jax_sweeps": jax_sweeps, "numpy_sweeps": np_sweeps, "burn_in": burn_in,
             "jax_s_per_sweep_per_image": t_jax, "numpy_s_per_sweep_per_image": t_np,
             "numpy_over_jax": t_np / t_jax, "numpy_vs_jax_max_abs_diff": check,
-            "jax_s_per_image_by_update": by_update,
+            "jax_s_per_image_by_update": by_update, "alpha_gamma_draws": draws,
             "correlation": {"what": "R ⋆ d_k for all K elements and N images",
                             "sampler_uses": "lax.conv (direct; colour classes as strided lax.conv)",
                             "lax_conv_s": t_direct, "fft_s": t_fft, "max_abs_diff": diff}}
@@ -340,6 +368,10 @@ def main(argv=None):
           f"   NumPy/JAX = {sw['numpy_over_jax']:.1f}x")
     for name, t in sw["jax_s_per_image_by_update"].items():
         print(f"    JAX {name[:44]:<46}{t:>10.4g}")
+    g = sw["alpha_gamma_draws"]
+    print(f"alpha's {g['draws']} Gamma draws (shape {g['shape']:.6g}), s per call: "
+          f"jax.random.gamma {g['jax_random_gamma_s']:.4g}, gamma_draw {g['gamma_draw_s']:.4g} "
+          f"({g['speedup']:.1f}x; KS p {g['ks_pvalue_unit_rate']})")
     c = sw["correlation"]
     print(f"correlation R*d_k (s per call): lax.conv {c['lax_conv_s']:.4g}, FFT {c['fft_s']:.4g} "
           f"(max |diff| {c['max_abs_diff']:.1e}; the sampler uses lax.conv)")
