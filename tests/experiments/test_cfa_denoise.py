@@ -12,6 +12,7 @@ def test_cfa_denoise_quick(load_experiment, tmp_path):
     res = json.loads((tmp_path / "cfa_denoise.json").read_text())
     tasks = [r["task"] for r in res["results"]]
     assert tasks == ["denoise sigma=25", "inpaint 50% missing"]
+    assert (tmp_path / res["figure"]).stat().st_size > 0
     for r in res["results"]:
         assert all(np.isfinite(v) and 5 < v < 60 for v in r["psnr"].values()), r
         assert r["noise_sd_estimate"] > 0 and r["elements_in_use"] >= 0
