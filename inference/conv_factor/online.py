@@ -11,21 +11,22 @@ q(gamma_n) are local: given the global factors the images are independent.
 1. *local*: for every image of B, ``local_iters`` coordinate-ascent passes (the batch CAVI's
    per-image updates, :func:`~latentzoo.inference.conv_factor.vb_moments.local_maps`, q(alpha),
    q(gamma)) from a fresh start, given the current global factors. During the first
-   ``burn_in`` steps the switches are held on and <alpha> at its start (an initialisation of
-   the atoms from the data, like the batch fit's first sweep; see :func:`local_fit`). The
-   per-image work is one ``jax.vmap``; the image axis is sharded over a 1-D mesh of devices
+   ``burn_in`` steps the switches are held on (an initialisation of the atoms from the data;
+   see :func:`local_fit`). The per-image work is one ``jax.vmap``; the image axis is sharded
+   over a 1-D mesh of devices
    (:class:`jax.sharding.NamedSharding`), so each device runs its images and the statistics
    below are summed across devices by XLA.
 2. *global*: the intermediate natural parameters are those the batch CAVI update would give if
    the data were B repeated :math:`N/|B|` times (statistics scaled by :math:`N/|B|`), atoms in
    turn as in the batch update (each from the residual with the atoms before it moved: the
-   natural gradient of the ELBO in each global block); the natural parameters move by step size :math:`\rho_t = (\tau_0 + t)^{-\kappa}`:
+   natural gradient of the ELBO in each global block); the natural parameters move by step
+   size :math:`\rho_t = (\tau_0 + t)^{-\kappa}` (:func:`step_size`):
    :math:`\lambda \leftarrow (1-\rho_t)\lambda + \rho_t\hat\lambda` for q(pi) (Beta) and q(d_k)
    (per-channel precision matrix and linear term). q(beta) depends on no data and is set to its
    exact optimum given the new q(d) (a coordinate-ascent step on a block without noise).
 
 Memory is that of the global factors and one mini-batch: nothing grows with the number of
-images seen. :math:`\kappa \in (0.5, 1]` and :math:`\tau_0 \ge 0` give the Robbins-Monro
+images seen. :math:`\kappa \in (0.5, 1]` and :math:`\tau_0 \ge 1` give the Robbins-Monro
 conditions; the first step (t = 0) with :math:`\tau_0 = 1` replaces the start completely.
 """
 
@@ -45,7 +46,7 @@ from latentzoo.inference.gaussian import cov_from_tril, gaussian_block
 from .vb import random_patches, read_cfa_priors, validate_cfa_images
 from .vb_moments import AtomMoments, atom_moments, atom_stats, expected_sq_resid, local_maps, toeplitz
 
-__all__ = ["OnlineConvFactor", "GlobalState", "local_fit"]
+__all__ = ["OnlineConvFactor", "GlobalState", "local_fit", "step_size"]
 
 
 class GlobalState(NamedTuple):
@@ -84,8 +85,10 @@ def _moments(g: GlobalState) -> AtomMoments:
 def local_fit(x, am: AtomMoments, ip: _ImagePriors, iters: int, burn=False):
     """Local coordinate ascent for ONE image x (C, H, W) given the global moments: ``iters``
     passes of (maps and switches, q(alpha), q(gamma)) from the batch fit's start. With ``burn``
-    (a traced bool: the burn-in steps) the switches are held on (rho = 1) and <alpha> at its start
-    (1), so every atom gets statistics before the coefficient prior can switch it off. Returns
+    (a traced bool: the burn-in steps) the switches are held on (rho = 1), so every atom gets
+    statistics before the switch prior can turn it off; q(alpha) and q(gamma) are updated as
+    always (holding <alpha> at 1 for all passes let the 6 x 36 unshrunk coefficients of an 8 x 8
+    image take the noise precision down to ~0.4: the maps, then the atoms, shrank to ~0). Returns
     ``(mu, s, rho, E_gamma)``."""
     K, Hp, Wp = ip.e.shape
     P = x.size
@@ -98,13 +101,18 @@ def local_fit(x, am: AtomMoments, ip: _ImagePriors, iters: int, burn=False):
         mu, s, rho, E_alpha, E_gamma = carry
         mu, s, rho = local_maps(x, mu, s, rho, E_alpha, E_gamma, ip.W_loc, am)
         rho = jnp.where(burn, 1.0, rho)
-        E_alpha = jnp.where(burn, E_alpha,
-                            (ip.e + 0.5) / (ip.f + 0.5 * ((mu - ip.W_loc) ** 2 + s)))
+        E_alpha = (ip.e + 0.5) / (ip.f + 0.5 * ((mu - ip.W_loc) ** 2 + s))
         E_gamma = ga / (ip.d + 0.5 * expected_sq_resid(x, mu, s, rho, am))
         return mu, s, rho, E_alpha, E_gamma
 
     mu, s, rho, _, E_gamma = jax.lax.fori_loop(0, iters, one, init)
     return mu, s, rho, E_gamma
+
+
+def step_size(t, tau0: float, kappa: float):
+    r"""The step size :math:`\rho_t = (\tau_0 + t)^{-\kappa}` of step t (0-based); in (0, 1] for
+    :math:`\tau_0 \ge 1`."""
+    return (tau0 + t) ** (-kappa)
 
 
 def _global_step(g: GlobalState, X, wts, mu, s, rho, E_gamma, pri, scale, tau0, kappa) -> GlobalState:
@@ -114,7 +122,7 @@ def _global_step(g: GlobalState, X, wts, mu, s, rho, E_gamma, pri, scale, tau0, 
     atoms before it already moved (a block-coordinate natural-gradient step; updating every atom
     from one residual overshoots when several atoms explain the same structure)."""
     K, C, h, w = g.d_loc.shape
-    r = (tau0 + g.step) ** (-kappa)
+    r = step_size(g.step, tau0, kappa)
     E_beta, _ = gamma_moments(g.beta_a, g.beta_b)
     eb = E_beta.reshape(K, C, h * w)
     R = X - reconstruct(rho[:, :, None, None] * mu, g.d_loc)
@@ -157,10 +165,16 @@ class OnlineConvFactor:
         tau0, kappa: step size (tau0 + t)^-kappa.
         local_iters: coordinate-ascent passes per image and step (and for :meth:`transform`
             unless it is given ``iters``).
-        burn_in: the first ``burn_in`` steps hold every switch on and <alpha> at 1 in the local
-            step (:func:`local_fit`); without it the coefficient prior switches every element off
-            on the starting atoms (paper's alpha ~ Ga(1, 1e-3)) and no atom ever gets data.
+        burn_in: the first ``burn_in`` steps hold every switch on in the local step
+            (:func:`local_fit`); without it every element is switched off on the starting atoms
+            (paper's alpha ~ Ga(1, 1e-3)) and no atom ever gets data.
         seed: picks the starting atoms (patches of the first batch).
+        atom_norm: the starting atoms' norm (default 1, the batch fit's start). The likelihood
+            does not fix the split of scale between atoms and maps; under the paper's
+            alpha ~ Ga(1, 1e-3) the ELBO rises slowly with the atoms' scale (batch CAVI's
+            largest atom grows from 1 to 7.4 over 150 sweeps), which online VB, with decaying
+            steps, climbs far more slowly: ``sqrt(C h w)`` (the norm <beta> = 1 expects) starts
+            it higher (docs/models/conv_factor_vb.md).
         devices: the devices the image axis is sharded over (default: all of ``jax.devices()``).
 
     Example::
@@ -173,19 +187,22 @@ class OnlineConvFactor:
 
     def __init__(self, K: int, *, n_total: int, atom_shape=(3, 3), priors=None, tau0: float = 1.0,
                  kappa: float = 0.7, local_iters: int = 30, seed: int = 0, devices=None,
-                 burn_in: int = 6):
+                 burn_in: int = 6, atom_norm: float = 1.0):
         if isinstance(K, bool) or not isinstance(K, (int, np.integer)) or K < 1:
             raise ValueError(f"K must be a positive integer, got {K!r}.")
         if not n_total >= 1:
             raise ValueError(f"n_total must be a positive number of images, got {n_total!r}.")
         if isinstance(burn_in, bool) or not isinstance(burn_in, (int, np.integer)) or burn_in < 0:
             raise ValueError(f"burn_in must be a number of steps >= 0, got {burn_in!r}.")
-        if not (0.5 < kappa <= 1.0) or tau0 < 0:
-            raise ValueError(f"the step size needs 0.5 < kappa <= 1 and tau0 >= 0, got kappa={kappa}, tau0={tau0}.")
+        if not (np.isfinite(atom_norm) and atom_norm > 0):
+            raise ValueError(f"atom_norm must be a positive number, got {atom_norm!r}.")
+        if not (0.5 < kappa <= 1.0) or not tau0 >= 1:
+            # tau0 < 1 gives rho_0 > 1 (tau0 = 0: infinite), not a convex combination
+            raise ValueError(f"the step size needs 0.5 < kappa <= 1 and tau0 >= 1, got kappa={kappa}, tau0={tau0}.")
         self.K, self.n_total, self.atom_shape = int(K), float(n_total), tuple(int(a) for a in atom_shape)
         self.priors, self.tau0, self.kappa = priors, float(tau0), float(kappa)
         self.local_iters, self.seed = int(local_iters), int(seed)
-        self.burn_in = int(burn_in)
+        self.burn_in, self.atom_norm = int(burn_in), float(atom_norm)
         self.mesh = Mesh(np.asarray(devices if devices is not None else jax.devices()), ("images",))
         self._images = NamedSharding(self.mesh, PartitionSpec("images"))
         self._replicated = NamedSharding(self.mesh, PartitionSpec())
@@ -216,7 +233,8 @@ class OnlineConvFactor:
                                                 W_loc=pri.W_loc[0]), self._replicated)
         self._ip = _ImagePriors(self._pri.c, self._pri.d, self._pri.e, self._pri.f, self._pri.W_loc)
         K, (C, h, w) = self.K, (X.shape[1], *self.atom_shape)
-        m = random_patches(jax.random.PRNGKey(self.seed), jnp.asarray(X), K, self.atom_shape)
+        m = self.atom_norm * random_patches(jax.random.PRNGKey(self.seed), jnp.asarray(X), K,
+                                            self.atom_shape)
         prec = jnp.broadcast_to(1e4 * jnp.eye(h * w), (K, C, h * w, h * w))
         N = self.n_total
         g = GlobalState(self._pri.pi_a + 0.5 * N, self._pri.pi_b + 0.5 * N, prec,
