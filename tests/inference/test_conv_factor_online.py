@@ -62,22 +62,25 @@ def test_online_reaches_the_batch_reconstruction_error():
     assert sum(np.size(a) for a in online.state) == size
 
 
-def test_online_nears_batch_at_the_paper_coefficient_prior():
-    # alpha ~ Ga(1, 1e-3) (<alpha> = 1000 a priori). Batch CAVI, 150 sweeps: 0.39 (2 elements).
-    # Online, atoms started at norm sqrt(C h w) = 3, tau0 = 2, batches of 4, 10 epochs: 0.47
-    # (per epoch 3.37, 3.42, 1.07, 0.58, 0.51, 0.50, 0.49, 0.48, 0.48, 0.47). Target was 1.1 x
-    # batch; 1.2 x is what it reaches (20 epochs: 0.45 = 1.15 x), so the bound is 1.25 x
-    # (documented gap). With the old burn-in (<alpha> held at 1 for 30 passes) the error stays at
-    # 1.68 (4.3 x), with unit-norm starting atoms at 1.07: both fail.
+def test_online_reaches_batch_at_the_paper_coefficient_prior():
+    # alpha ~ Ga(1, 1e-3) (<alpha> = 1000 a priori). Batch CAVI, 150 sweeps, seed 0: 0.392 (400
+    # sweeps: 0.386). Online, atoms started at norm sqrt(C h w) = 3, tau0 = 2, kappa = 0.7,
+    # batches of 4, seed 0: 0.442, 0.429, 0.421 after 40, 60, 80 epochs (1.13, 1.10, 1.07 x).
+    # kappa = 0.55 levels off near 0.50, kappa = 0.9 near 0.60. Both methods find different
+    # optima from different starts at this prior: batch gives 0.39, 0.58, 0.60, 1.04 at seeds
+    # 0-3, online 0.42 and 0.63 at seeds 0 and 1 (80 epochs); seed 0 is compared for both. The
+    # bound is 1.12 x batch. With the old burn-in (<alpha> held at 1 for 30 passes) the error
+    # stays at 1.68 (4.3 x), with unit-norm starting atoms at about 1.07: both fail, as does
+    # rho_t = 1 or a sign error in the local q(alpha).
     X = _digits()
     fit = fit_vb(X, K=K, atom_shape=ATOM, num_steps=150, seed=0, rtol=1e-7, priors=PAPER_ALPHA)
     batch = _recon_error(X, reconstruction(fit.params))
     online = OnlineConvFactor(K, n_total=len(X), priors=PAPER_ALPHA, atom_shape=ATOM,
-                              **{**ONLINE, "tau0": 2.0, "atom_norm": 3.0})
-    online.fit(X, batch_size=4, epochs=10)
+                              **{**ONLINE, "tau0": 2.0, "kappa": 0.7, "atom_norm": 3.0})
+    online.fit(X, batch_size=4, epochs=60)
     err = _recon_error(X, online.reconstruct(X))
     assert batch < 0.45
-    assert err <= 1.25 * batch, (err, batch)
+    assert err <= 1.12 * batch, (err, batch)
     assert _in_use(online, X) >= 1
 
 
