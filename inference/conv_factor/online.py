@@ -162,19 +162,22 @@ class OnlineConvFactor:
             data set's).
         atom_shape: (h, w).
         priors: dict overriding :func:`~latentzoo.models.conv_factor.default_priors`.
-        tau0, kappa: step size (tau0 + t)^-kappa.
+        tau0, kappa: step size (tau0 + t)^-kappa (defaults 2 and 0.7: at the paper's
+            alpha ~ Ga(1, 1e-3) they reach the batch fit's error, where tau0 = 1 replaces the
+            starting atoms outright at the first step and kappa = 0.55 levels off above it).
         local_iters: coordinate-ascent passes per image and step (and for :meth:`transform`
             unless it is given ``iters``).
         burn_in: the first ``burn_in`` steps hold every switch on in the local step
             (:func:`local_fit`); without it every element is switched off on the starting atoms
             (paper's alpha ~ Ga(1, 1e-3)) and no atom ever gets data.
         seed: picks the starting atoms (patches of the first batch).
-        atom_norm: the starting atoms' norm (default 1, the batch fit's start). The likelihood
+        atom_norm: the starting atoms' norm (default ``sqrt(C h w)``, the norm <beta> = 1
+            expects; 1 is the batch fit's start). The likelihood
             does not fix the split of scale between atoms and maps; under the paper's
             alpha ~ Ga(1, 1e-3) the ELBO rises slowly with the atoms' scale (batch CAVI's
             largest atom grows from 1 to 7.4 over 150 sweeps), which online VB, with decaying
-            steps, climbs far more slowly: ``sqrt(C h w)`` (the norm <beta> = 1 expects) starts
-            it higher (docs/models/conv_factor_vb.md).
+            steps, climbs far more slowly: the default starts it higher
+            (docs/models/conv_factor_vb.md).
         devices: the devices the image axis is sharded over (default: all of ``jax.devices()``).
 
     Example::
@@ -185,16 +188,16 @@ class OnlineConvFactor:
         X_hat = ocfa.reconstruct(X)
     """
 
-    def __init__(self, K: int, *, n_total: int, atom_shape=(3, 3), priors=None, tau0: float = 1.0,
+    def __init__(self, K: int, *, n_total: int, atom_shape=(3, 3), priors=None, tau0: float = 2.0,
                  kappa: float = 0.7, local_iters: int = 30, seed: int = 0, devices=None,
-                 burn_in: int = 6, atom_norm: float = 1.0):
+                 burn_in: int = 6, atom_norm: float | None = None):
         if isinstance(K, bool) or not isinstance(K, (int, np.integer)) or K < 1:
             raise ValueError(f"K must be a positive integer, got {K!r}.")
         if not n_total >= 1:
             raise ValueError(f"n_total must be a positive number of images, got {n_total!r}.")
         if isinstance(burn_in, bool) or not isinstance(burn_in, (int, np.integer)) or burn_in < 0:
             raise ValueError(f"burn_in must be a number of steps >= 0, got {burn_in!r}.")
-        if not (np.isfinite(atom_norm) and atom_norm > 0):
+        if atom_norm is not None and not (np.isfinite(atom_norm) and atom_norm > 0):
             raise ValueError(f"atom_norm must be a positive number, got {atom_norm!r}.")
         if not (0.5 < kappa <= 1.0) or not tau0 >= 1:
             # tau0 < 1 gives rho_0 > 1 (tau0 = 0: infinite), not a convex combination
@@ -202,7 +205,8 @@ class OnlineConvFactor:
         self.K, self.n_total, self.atom_shape = int(K), float(n_total), tuple(int(a) for a in atom_shape)
         self.priors, self.tau0, self.kappa = priors, float(tau0), float(kappa)
         self.local_iters, self.seed = int(local_iters), int(seed)
-        self.burn_in, self.atom_norm = int(burn_in), float(atom_norm)
+        self.burn_in = int(burn_in)
+        self.atom_norm = None if atom_norm is None else float(atom_norm)
         self.mesh = Mesh(np.asarray(devices if devices is not None else jax.devices()), ("images",))
         self._images = NamedSharding(self.mesh, PartitionSpec("images"))
         self._replicated = NamedSharding(self.mesh, PartitionSpec())
@@ -233,7 +237,8 @@ class OnlineConvFactor:
                                                 W_loc=pri.W_loc[0]), self._replicated)
         self._ip = _ImagePriors(self._pri.c, self._pri.d, self._pri.e, self._pri.f, self._pri.W_loc)
         K, (C, h, w) = self.K, (X.shape[1], *self.atom_shape)
-        m = self.atom_norm * random_patches(jax.random.PRNGKey(self.seed), jnp.asarray(X), K,
+        norm = np.sqrt(C * h * w) if self.atom_norm is None else self.atom_norm
+        m = norm * random_patches(jax.random.PRNGKey(self.seed), jnp.asarray(X), K,
                                             self.atom_shape)
         prec = jnp.broadcast_to(1e4 * jnp.eye(h * w), (K, C, h * w, h * w))
         N = self.n_total

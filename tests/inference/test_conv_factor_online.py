@@ -33,7 +33,7 @@ def _recon_error(X, X_hat):
 # paper's (and default_priors') coefficient prior Ga(1, 1e-3). See docs/models/conv_factor_vb.md.
 PRIORS = {"alpha": dist.Gamma(1.0, 1.0), "gamma": dist.Gamma(1.0, 0.01)}
 PAPER_ALPHA = {"alpha": dist.Gamma(1.0, 1e-3), "gamma": dist.Gamma(1.0, 0.01)}
-ONLINE = dict(kappa=0.55, local_iters=30, burn_in=6, seed=0)
+ONLINE = dict(kappa=0.55, tau0=1.0, atom_norm=1.0, local_iters=30, burn_in=6, seed=0)
 
 
 def _in_use(online, X):
@@ -75,8 +75,9 @@ def test_online_reaches_batch_at_the_paper_coefficient_prior():
     X = _digits()
     fit = fit_vb(X, K=K, atom_shape=ATOM, num_steps=150, seed=0, rtol=1e-7, priors=PAPER_ALPHA)
     batch = _recon_error(X, reconstruction(fit.params))
+    # the estimator's defaults: tau0 = 2, kappa = 0.7, atoms started at norm sqrt(C h w) = 3
     online = OnlineConvFactor(K, n_total=len(X), priors=PAPER_ALPHA, atom_shape=ATOM,
-                              **{**ONLINE, "tau0": 2.0, "kappa": 0.7, "atom_norm": 3.0})
+                              local_iters=30, burn_in=6, seed=0)
     online.fit(X, batch_size=4, epochs=60)
     err = _recon_error(X, online.reconstruct(X))
     assert batch < 0.45
@@ -146,7 +147,8 @@ def test_first_step_is_the_batch_global_update_on_the_scaled_data():
     from latentzoo.models.conv_factor import conv_factor
 
     X = _digits(6)
-    online = OnlineConvFactor(1, n_total=12, atom_shape=ATOM, local_iters=3, seed=1, priors=PRIORS)
+    online = OnlineConvFactor(1, n_total=12, atom_shape=ATOM, local_iters=3, seed=1, priors=PRIORS,
+                              tau0=1.0, atom_norm=1.0)
     online._setup(X)
     before = online.params
     loc = online.transform(X)
@@ -179,7 +181,7 @@ def test_steps_are_convex_combinations_with_the_decaying_step_size():
     X = _digits(12)
     X1, X2 = X[:6], X[6:]
     online = OnlineConvFactor(1, n_total=18, atom_shape=ATOM, local_iters=3, seed=1, priors=PRIORS,
-                              tau0=tau0, kappa=kappa, burn_in=0)
+                              tau0=tau0, kappa=kappa, burn_in=0, atom_norm=1.0)
     online.partial_fit(X1)
     s1, before = online.state, online.params
     loc = online.transform(X2)
