@@ -69,9 +69,8 @@ def test_online_reaches_batch_at_the_paper_coefficient_prior():
     # kappa = 0.55 levels off near 0.50, kappa = 0.9 near 0.60. Both methods find different
     # optima from different starts at this prior: batch gives 0.39, 0.58, 0.60, 1.04 at seeds
     # 0-3, online 0.42 and 0.63 at seeds 0 and 1 (80 epochs); seed 0 is compared for both. The
-    # bound is 1.12 x batch. With the old burn-in (<alpha> held at 1 for 30 passes) the error
-    # stays at 1.68 (4.3 x), with unit-norm starting atoms at about 1.07: both fail, as does
-    # rho_t = 1 or a sign error in the local q(alpha).
+    # bound is 1.12 x batch. Unit-norm starting atoms give 0.90 and tau0 = 1 gives 0.61 at 60
+    # epochs: both fail, as do rho_t = 1 and a sign or a factor planted in the local q(alpha).
     X = _digits()
     fit = fit_vb(X, K=K, atom_shape=ATOM, num_steps=150, seed=0, rtol=1e-7, priors=PAPER_ALPHA)
     batch = _recon_error(X, reconstruction(fit.params))
