@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import numpyro.distributions as dist
 
 from latentzoo.inference.conjugate import beta_bernoulli_update, gamma_precision_posterior
 from latentzoo.inference.gamma_draws import gamma_draw
@@ -42,7 +41,9 @@ from latentzoo.inference.gaussian import gaussian_draw, mvn_from_precision
 from latentzoo.inference.updates import GibbsUpdate, prior_params, unwrap
 from latentzoo.models.conv_factor import reconstruct
 
+from .joint_b import joint_b_move
 from .shifts import draw_maps_coloured, draw_maps_parallel
+from .terms import BERNOULLI, GAMMA, NORMAL, W_PRIOR, residual
 
 __all__ = [
     "cfa_updates",
@@ -59,22 +60,8 @@ __all__ = [
     "W_PRIOR",
 ]
 
-NORMAL, GAMMA = (dist.Normal,), (dist.Gamma,)
-BERNOULLI = (dist.BernoulliProbs, dist.BernoulliLogits)
 _DIMS = ("NCHW", "OIHW", "NCHW")
 W_UPDATES = ("exact", "parallel")
-
-
-def residual(values, X):
-    """R = X - sum_k b_nk W_nk * d_k, (N, C, H, W)."""
-    bW = values["b"][:, :, None, None] * values["W"]
-    return X - reconstruct(bW, values["d"])
-
-
-def W_PRIOR(priors, shape):
-    """(loc, precision) of the coefficients' prior at the current alpha, read from the model."""
-    loc, scale = prior_params(priors["W"], shape, "loc", "scale")
-    return loc, 1.0 / scale**2
 
 
 # ------------------------------------------------------------------------------------ W
@@ -250,8 +237,6 @@ def cfa_updates(*, w_update: str = "exact", pool: bool = False, pool_size: int =
     move of (b_nk, W_nk) (:mod:`.joint_b`) after b's update, so that elements switch on and off;
     False gives the paper's sampler (b drawn with its map fixed only).
     """
-    from .joint_b import joint_b_move  # it builds on this module's helpers
-
     table = [W_update(w_update=w_update, pool=pool, pool_size=pool_size), b_update()]
     if joint_b:
         table.append(joint_b_move())

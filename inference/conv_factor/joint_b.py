@@ -47,7 +47,7 @@ import jax.numpy as jnp
 from latentzoo.inference.updates import Move, unwrap
 from latentzoo.models.conv_factor import reconstruct
 
-from .gibbs import BERNOULLI, NORMAL, W_PRIOR, residual
+from .terms import BERNOULLI, NORMAL, W_PRIOR, residual
 from .shifts import scan_from_zero
 
 __all__ = ["joint_b_move", "birth_log_ratio"]
