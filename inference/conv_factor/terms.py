@@ -1,6 +1,7 @@
 """What every convolutional FA update reads: the residual, the coefficients' prior at the current
-precisions, and the site families the updates declare (shared by :mod:`.gibbs` and
-:mod:`.joint_b`, which builds on the same terms)."""
+precisions, and the site families the updates declare. Shared by the Gibbs table
+(:mod:`latentzoo.inference.conv_factor.gibbs`) and the joint move
+(:mod:`latentzoo.inference.conv_factor.joint_b`), which builds on the same terms."""
 
 from __future__ import annotations
 
