@@ -99,8 +99,9 @@ def _run_vb(data, cfg):
     fit = fit_vb(X, K=cfg.K, atom_shape=(atom, atom), num_steps=sweeps, seed=cfg.seed,
                  restarts=restarts)
     p = {k: np.asarray(v) for k, v in fit.params.items()}
-    resid = np.sqrt(np.sum((X - np.asarray(reconstruction(fit.params))) ** 2, axis=(1, 2, 3)))
-    recon = np.sqrt(np.sum(np.asarray(reconstruction(fit.params)) ** 2, axis=(1, 2, 3)))
+    X_hat = np.asarray(reconstruction(fit.params))
+    resid = np.sqrt(np.sum((X - X_hat) ** 2, axis=(1, 2, 3)))
+    recon = np.sqrt(np.sum(X_hat**2, axis=(1, 2, 3)))
     gamma = p["gamma_concentration"] / p["gamma_rate"]
     estimates = {
         "d": p["d_loc"], "beta": p["beta_concentration"] / p["beta_rate"],
