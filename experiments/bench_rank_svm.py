@@ -76,7 +76,7 @@ def gibbs_vs_nuts(N, D, K, warmup, samples, nuts_warmup, nuts_samples, seed=0):
     kw = {**kw, "K": K}
     model = partial(rank_factor_svm, **kw)
     init = initial_values(data, kw, seed)
-    table = rank_svm_updates("G-L", y=y)
+    table = rank_svm_updates("G-L")
 
     @jax.jit
     def gibbs(key):
@@ -134,7 +134,7 @@ def sweep_scaling(Ns, D, K, reps, seed=0):
         data, kw = observed_data(X, y, "R-L")
         kw = {**kw, "K": K}
         model = partial(rank_factor_svm, **kw)
-        table = rank_svm_updates("R-L", y=y, pairs=kw["pairs"])
+        table = rank_svm_updates("R-L")
         f = jax.jit(lambda st: sweep(model, table, st, (data,), {}))
         st = SweepState(initial_values(data, kw, seed), jax.random.PRNGKey(0), jnp.zeros(()),
                         jnp.zeros((), bool))

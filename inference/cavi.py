@@ -181,6 +181,12 @@ def _load_state(path: str, fresh: CAVIState) -> tuple[CAVIState, list, bool]:
     return state, losses, finished
 
 
+def _is_table(value) -> bool:
+    """True for a keyword argument that is data: an array, or a pytree whose leaves all are."""
+    leaves = jax.tree_util.tree_leaves(value)
+    return bool(leaves) and all(isinstance(x, (jax.Array, np.ndarray)) for x in leaves)
+
+
 def _roundoff(elbo_value: float) -> float:
     # float64 sums of O(N*D) terms: allow a few thousand ulps of the objective's magnitude.
     return 1e-10 * max(1.0, abs(elbo_value)) + 1e-9
@@ -221,16 +227,25 @@ class CAVI:
         self._jitted: dict[Any, tuple[Callable, Callable]] = {}
 
     def _fns(self, kwargs):
-        key = tuple(sorted((k, repr(v)) for k, v in kwargs.items()))
+        """The jitted (update, elbo) for these keyword arguments, and the arguments they take.
+
+        Keyword arguments whose every leaf is an array (labels, rank pairs, masks: tables of the
+        data) are traced arguments of the compiled sweep, like the positional data; the others
+        (sizes, variant names, prior dicts) are bound. A table bound into the program would be
+        compiled in as a constant, and compile time would grow with the data."""
+        static = {k: v for k, v in kwargs.items() if not _is_table(v)}
+        tables = {k: v for k, v in kwargs.items() if _is_table(v)}
+        key = (tuple(sorted((k, repr(v)) for k, v in static.items())), tuple(sorted(tables)))
         if key not in self._jitted:
             algo = self.algorithm
             if self._takes_key:
-                update = jax.jit(lambda p, k, *a: algo.update(p, *a, rng_key=k, **kwargs))
+                update = jax.jit(lambda p, k, t, *a: algo.update(p, *a, rng_key=k, **static, **t))
             else:
-                update = jax.jit(lambda p, k, *a: algo.update(p, *a, **kwargs))
-            elbo = jax.jit(lambda p, *a: algo.elbo(p, *a, **kwargs))
+                update = jax.jit(lambda p, k, t, *a: algo.update(p, *a, **static, **t))
+            elbo = jax.jit(lambda p, t, *a: algo.elbo(p, *a, **static, **t))
             self._jitted[key] = (update, elbo)
-        return self._jitted[key]
+        update, elbo = self._jitted[key]
+        return (lambda p, k, *a: update(p, k, tables, *a)), (lambda p, *a: elbo(p, tables, *a))
 
     def init(self, rng_key, *args, init_params=None, **kwargs) -> CAVIState:
         """Initial parameters (``init_params`` entries override the recipe's) and their ELBO."""

@@ -50,6 +50,8 @@ from numpyro.infer.util import log_density
 from numpyro.util import is_prng_key
 
 
+from latentzoo.models.tables import DATA_TABLE
+
 from .gibbs_plan import (
     ConjugacyFallbackWarning,
     GenericKernelNote,
@@ -112,7 +114,9 @@ def read_model(model, values, model_args, model_kwargs):
     """Trace ``model`` with ``values`` substituted; return ``(priors, obs, trace)``.
 
     ``priors`` maps every sample site to its distribution at these values (the hyperparameters a
-    conjugate update reads), ``obs`` maps observed sites to their data.
+    conjugate update reads), ``obs`` maps observed sites to their data and holds the model's data
+    tables (:func:`latentzoo.models.tables.data_table`: labels, rank pairs), which reach the
+    updates this way as arguments of the compiled program rather than as closed-over constants.
     """
     tr = trace(substitute(seed(model, jax.random.PRNGKey(0)), data=values)).get_trace(
         *model_args, **model_kwargs
@@ -123,6 +127,7 @@ def read_model(model, values, model_args, model_kwargs):
         for n, s in tr.items()
         if s["type"] == "sample" and s["is_observed"] and n not in values
     }
+    obs.update({n: s["value"] for n, s in tr.items() if s["type"] == DATA_TABLE})
     return priors, obs, tr
 
 

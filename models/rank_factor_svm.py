@@ -51,11 +51,14 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
 from numpyro.distributions import constraints
+
+from .tables import data_table
 
 __all__ = [
     "VARIANTS",
@@ -255,7 +258,9 @@ def rank_factor_svm(
         raise ValueError(f"Unknown variant {variant!r}; choose one of {', '.join(VARIANTS)}.")
     p = {**default_priors(), **(priors or {})}
     gaussian, mixture = variant.startswith("G"), variant.endswith("NL")
-    y = jnp.asarray(y, dtype=jnp.result_type(float))
+    # the labels and pairs are data tables: the updates read them from the trace, so a fit passes
+    # them as arguments of the compiled program (see models/tables.py)
+    y = data_table("y", jnp.asarray(y, dtype=jnp.result_type(float)))
     N = y.shape[0]
     if gaussian:
         if D is None:
@@ -265,7 +270,11 @@ def rank_factor_svm(
     else:
         if pairs is None:
             raise ValueError("The R variants need the rank pairs (see rank_pairs).")
-        D = int(pairs.feature.max()) + 1 if D is None else D
+        if D is None:
+            if isinstance(pairs.feature, jax.core.Tracer):
+                raise ValueError("The R variants need D when their pairs are traced arguments.")
+            D = int(np.max(pairs.feature)) + 1
+        pairs = data_table("pairs", pairs)
     T = T if mixture else 1
     data = data or {}
 

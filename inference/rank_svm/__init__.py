@@ -3,7 +3,7 @@ for the four variants (:mod:`.gibbs`, :mod:`.shrinkage`, :mod:`.dp`, :mod:`.move
 fit (:mod:`.fit`) and mean-field variational Bayes (:mod:`.vb`)."""
 
 from latentzoo.inference.rank_svm.dp import dp_updates, t_lam_update
-from latentzoo.inference.rank_svm.fit import fit_gibbs, initial_values, rank_svm_updates
+from latentzoo.inference.rank_svm.fit import bind_static, fit_gibbs, initial_values, rank_svm_updates
 from latentzoo.inference.rank_svm.gibbs import (
     A_update,
     beta_update,
@@ -25,6 +25,7 @@ __all__ = [
     "rank_svm_updates",
     "fit_gibbs",
     "initial_values",
+    "bind_static",
     "lam_update",
     "z_update",
     "A_update",

@@ -42,10 +42,11 @@ NORMAL, GAMMA, BETA = (dist.Normal,), (dist.Gamma,), (dist.Beta,)
 CATEGORICAL = (dist.CategoricalProbs, dist.CategoricalLogits)
 
 
-def t_logits(values, obs, priors, *, y):
+def t_logits(values, obs, priors):
     """(N, T) log p(t(n) = t | z, β, μ, ψ, q) with λ^c integrated out, and the hinge residuals
     c (N, T) = o_n - y_n β_tᵀ z_n."""
     z, mu, psi, beta = values["z"], values["mu"], values["psi"], values["beta"]
+    y = obs["y"]  # the labels: the model's data table
     K = z.shape[1]
     logq = jnp.log(unwrap(priors["t"]).probs)  # (T,) or (N, T)
     sq = jnp.sum((z[:, None, :] - mu[None]) ** 2, -1)  # (N, T)
@@ -55,12 +56,12 @@ def t_logits(values, obs, priors, *, y):
     return logq + log_z - c - jnp.abs(c) * root, c
 
 
-def t_lam_update(*, y) -> GibbsUpdate:
+def t_lam_update() -> GibbsUpdate:
     """(t, λ^c) | z, β, μ, ψ, ν: t(n) with λ^c_n integrated out, then λ^c_n | t(n)."""
 
     def draw(key, values, obs, priors):
         k_t, k_lam = jax.random.split(key)
-        logits, c = t_logits(values, obs, priors, y=y)
+        logits, c = t_logits(values, obs, priors)
         t = jax.random.categorical(k_t, logits, axis=-1)
         c_t = jnp.take_along_axis(c, t[:, None], 1)[:, 0]
         return {"t": t, "lam_svm": hinge_lam_draw(k_lam, c_t, lam_rate(priors["lam_svm"]))}

@@ -17,11 +17,13 @@ from latentzoo.inference.rank_svm.shrinkage import tpb_updates
 from latentzoo.inference.validation import check_labelled
 from latentzoo.models.rank_factor_svm import VARIANTS, observed_data, rank_factor_svm
 
-__all__ = ["rank_svm_updates", "fit_gibbs", "initial_values", "binary_labels"]
+__all__ = ["rank_svm_updates", "fit_gibbs", "initial_values", "binary_labels", "bind_static"]
 
 
-def rank_svm_updates(variant: str, *, y, pairs=None, scale: bool = True) -> list:
-    """The Gibbs table of ``variant`` for labels y (N,) in {-1, +1} and, for R, the rank pairs.
+def rank_svm_updates(variant: str, *, scale: bool = True) -> list:
+    """The Gibbs table of ``variant``. It holds no data: the labels and (R) the rank pairs are
+    read from the model's data tables at every sweep, so the compiled sweep takes them as
+    arguments and one table serves every data set of the variant.
 
     Order of a sweep: the augmentations (with t for NL), z, A, τ (G), β, the two shrinkage
     hierarchies, then the DP mixture's ν, α, μ, ψ (NL), then (``scale``) the factor-scale move
@@ -31,17 +33,13 @@ def rank_svm_updates(variant: str, *, y, pairs=None, scale: bool = True) -> list
     if variant not in VARIANTS:
         raise ValueError(f"Unknown variant {variant!r}; choose one of {', '.join(VARIANTS)}.")
     gaussian, mixture = variant.startswith("G"), variant.endswith("NL")
-    if not gaussian and pairs is None:
-        raise ValueError(f"The {variant} table needs the rank pairs (rank_pairs(X)).")
-    y = jnp.asarray(y, jnp.float64)
-    pairs = None if gaussian else pairs
     t_site = "t" if mixture else None
     table = [] if gaussian else [lam_update("rank")]
-    table.append(t_lam_update(y=y) if mixture else lam_update("svm"))
-    table += [z_update(y=y, t_site=t_site, pairs=pairs), A_update(pairs=pairs)]
+    table.append(t_lam_update() if mixture else lam_update("svm"))
+    table += [z_update(t_site=t_site, ranked=not gaussian), A_update(ranked=not gaussian)]
     if gaussian:
         table.append(tau_update())
-    table.append(beta_update(y=y, t_site=t_site))
+    table.append(beta_update(t_site=t_site))
     table += tpb_updates("A", "xi_a", "eta_a", "Phi_a", "Phi_tilde_a")
     table += tpb_updates("beta", "b_beta", "e_beta", "Phi_beta", "Phi_tilde_beta")
     if mixture:
@@ -105,14 +103,25 @@ def fit_gibbs(X, y, *, variant: str = "R-L", K: int = 5, T: int = 5, num_warmup:
         raise ValueError(f"K must be at least 1, got {K}.")
     data, kw = observed_data(X, y, variant, priors)
     kw = {**kw, "K": K, "T": T, **({"priors": priors} if priors else {})}
-    model = partial(rank_factor_svm, **kw)
-    kernel = ConjugateGibbs(model, rank_svm_updates(variant, y=y, pairs=kw.get("pairs")))
+    model, tables = bind_static(kw)
+    kernel = ConjugateGibbs(model, rank_svm_updates(variant))
     mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
-                thinning=thinning, progress_bar=progress,
+                thinning=thinning, progress_bar=progress, jit_model_args=True,
                 chain_method="vectorized" if num_chains > 1 else "sequential")
     init = initial_values(data, kw, seed)
     if num_chains > 1:
         inits = [initial_values(data, kw, seed + c) for c in range(num_chains)]
         init = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *inits)
-    mcmc.run(jax.random.PRNGKey(seed), data, init_params=init)
+    mcmc.run(jax.random.PRNGKey(seed), data, init_params=init, **tables)
     return mcmc
+
+
+def bind_static(model_kwargs: dict):
+    """``(model, tables)``: :func:`rank_factor_svm` with the sizes, variant and priors bound,
+    and the data tables (labels ``y``, rank ``pairs``) left as keyword arguments. Pass the tables
+    to ``MCMC.run(..., jit_model_args=True)`` (or any jitted function) as arguments: bound into
+    the model they would be compiled in as constants, whose folding grows with N and D."""
+    tables = {k: model_kwargs[k] for k in ("y", "pairs") if model_kwargs.get(k) is not None}
+    static = {k: v for k, v in model_kwargs.items() if k not in ("y", "pairs")}
+    tables = {k: jax.tree_util.tree_map(jnp.asarray, v) for k, v in tables.items()}
+    return partial(rank_factor_svm, **static), tables

@@ -39,9 +39,9 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import jax.scipy.linalg as jsl
 import numpyro.distributions as dist
 
+from latentzoo.inference import small_linalg
 from latentzoo.inference.gaussian import gaussian_draw, mvn_from_precision
 from latentzoo.inference.gig import GeneralizedInverseGaussian, polson_scott_lambda
 from latentzoo.inference.updates import GibbsUpdate, unwrap
@@ -113,20 +113,24 @@ def _svm_terms(values, obs, y, t):
     return b, inv, y * (obs["svm_margin"] + values["lam_svm"]) * inv
 
 
-def z_row_precision(values, obs, priors, *, y, t, pairs=None):
+def z_row_precision(values, obs, priors, *, t, ranked: bool):
     """(P (N, K, K), h_static (N, K)) of every row's conditional, all terms except the rank
-    pairs' dependence on the other members' current values (:func:`z_update` adds that)."""
+    pairs' dependence on the other members' current values (:func:`z_update` adds that).
+    The labels and (``ranked``) the pairs are the model's data tables ``obs["y"]``,
+    ``obs["pairs"]``."""
+    y = obs["y"]
     A, z = values["A"], values["z"]
     prec, h = _z_prior(priors, z.shape)
     P = prec[:, :, None] * jnp.eye(z.shape[1])
     b, inv, lin = _svm_terms(values, obs, y, t)
     P = P + inv[:, None, None] * b[:, :, None] * b[:, None, :]
     h = h + lin[:, None] * b
-    if pairs is None:  # Gaussian features
+    if not ranked:  # Gaussian features
         tau = values["tau"]
         P = P + (A.T * tau) @ A
         h = h + (obs["X"] * tau) @ A
         return P, h
+    pairs = obs["pairs"]
     lam, o = values["lam_rank"], obs["rank_margin"]
     inc, role = pairs.incidence, pairs.role
     a = A[pairs.feature[inc]]  # (N, L, K)
@@ -136,12 +140,13 @@ def z_row_precision(values, obs, priors, *, y, t, pairs=None):
     return P, h
 
 
-def z_update(*, y, t_site: str | None = None, pairs=None) -> GibbsUpdate:
-    """All factor scores z (N, K) | everything else; ``pairs`` None for the G variants."""
+def z_update(*, t_site: str | None = None, ranked: bool = True) -> GibbsUpdate:
+    """All factor scores z (N, K) | everything else; ``ranked`` False for the G variants. The
+    labels and pairs come from the model's data tables (``obs["y"]``, ``obs["pairs"]``)."""
 
     def rows(values, obs, priors):
-        t = values[t_site] if t_site else jnp.zeros(y.shape[0], jnp.int32)
-        return z_row_precision(values, obs, priors, y=y, t=t, pairs=pairs)
+        t = values[t_site] if t_site else jnp.zeros(obs["y"].shape[0], jnp.int32)
+        return z_row_precision(values, obs, priors, t=t, ranked=ranked)
 
     def conditional(values, obs, priors):
         P, h = rows(values, obs, priors)
@@ -149,35 +154,37 @@ def z_update(*, y, t_site: str | None = None, pairs=None) -> GibbsUpdate:
 
     def draw(key, values, obs, priors):
         P, h = rows(values, obs, priors)
-        if pairs is None:
+        if not ranked:
             return {"z": gaussian_draw(key, P, h)}
+        pairs = obs["pairs"]
         A, lam = values["A"], values["lam_rank"]
         inc, role = pairs.incidence, pairs.role
         other = jnp.where(role > 0, pairs.lo[inc], pairs.hi[inc])  # (N, L)
         a = A[pairs.feature[inc]]
         wa = (jnp.abs(role) / lam[inc])[..., None] * a  # (N, L, K)
-        L = jnp.linalg.cholesky(P)
+        L = small_linalg.cholesky(P)  # plain XLA: batched LAPACK can deadlock (see small_linalg)
         eps = jax.random.normal(key, h.shape, h.dtype)
 
         def step(z, n):
             w_other = jnp.sum(a[n] * z[other[n]], -1)  # the neighbours' current w (L,)
             hn = h[n] + w_other @ wa[n]
-            mean = jsl.cho_solve((L[n], True), hn)
-            noise = jsl.solve_triangular(L[n].T, eps[n], lower=False)
+            mean = small_linalg.cho_solve(L[n], hn)
+            noise = small_linalg.solve_upper(L[n], eps[n])
             return z.at[n].set(mean + noise), None
 
         z = jax.lax.scan(step, values["z"], jnp.arange(h.shape[0]))[0]
         return {"z": z}
 
     requires = {"z": NORMAL, "beta": NORMAL, "svm_margin": NORMAL}
-    requires.update({"rank_margin": NORMAL} if pairs is not None else {"X": NORMAL})
+    requires.update({"rank_margin": NORMAL} if ranked else {"X": NORMAL})
     return GibbsUpdate("z | A, beta, lambdas", ("z",), requires,
-                       conditional if pairs is None else None, draw)
+                       None if ranked else conditional, draw)
 
 
 # ---------------------------------------------------------------------------------- A
-def A_update(*, pairs=None) -> GibbsUpdate:
-    """Loadings A (D, K) | z, λ (R) or z, τ (G), ξ: rows independent, each drawn jointly."""
+def A_update(*, ranked: bool = True) -> GibbsUpdate:
+    """Loadings A (D, K) | z, λ (R) or z, τ (G), ξ: rows independent, each drawn jointly. The R
+    variants' pairs are the model's data table ``obs["pairs"]``."""
 
     def conditional(values, obs, priors):
         z, A = values["z"], values["A"]
@@ -185,11 +192,12 @@ def A_update(*, pairs=None) -> GibbsUpdate:
         prec = jnp.broadcast_to(1.0 / base.scale**2, A.shape)
         P = prec[:, :, None] * jnp.eye(A.shape[1])
         h = jnp.broadcast_to(base.loc, A.shape) * prec
-        if pairs is None:
+        if not ranked:
             tau = values["tau"]
             P = P + tau[:, None, None] * (z.T @ z)[None]
             h = h + tau[:, None] * (obs["X"].T @ z)
         else:
+            pairs = obs["pairs"]
             lam, o = values["lam_rank"], obs["rank_margin"]
             d = z[pairs.hi] - z[pairs.lo]  # (P, K)
             D = A.shape[0]
@@ -199,16 +207,17 @@ def A_update(*, pairs=None) -> GibbsUpdate:
         return {"A": mvn_from_precision(P, h).to_event(1)}
 
     requires = {"A": NORMAL}
-    requires.update({"rank_margin": NORMAL} if pairs is not None else {"X": NORMAL})
+    requires.update({"rank_margin": NORMAL} if ranked else {"X": NORMAL})
     return GibbsUpdate("A | z, lambdas, xi", ("A",), requires, conditional)
 
 
 # ------------------------------------------------------------------------------- beta
-def beta_update(*, y, t_site: str | None = None) -> GibbsUpdate:
-    """Classifier coefficients beta (T, K) | z, λ^c, b: one Gaussian per mixture component."""
+def beta_update(*, t_site: str | None = None) -> GibbsUpdate:
+    """Classifier coefficients beta (T, K) | z, λ^c, b: one Gaussian per mixture component; the
+    labels are the model's data table ``obs["y"]``."""
 
     def conditional(values, obs, priors):
-        z, beta, lam = values["z"], values["beta"], values["lam_svm"]
+        z, beta, lam, y = values["z"], values["beta"], values["lam_svm"], obs["y"]
         T = beta.shape[0]
         t = values[t_site] if t_site else jnp.zeros(z.shape[0], jnp.int32)
         base = unwrap(priors["beta"])

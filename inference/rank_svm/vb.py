@@ -214,7 +214,9 @@ def rank_svm_vb() -> RankSVMVariational:
 
     def init(rng_key, data, **kw):
         st, data, y, pairs = _args(data, kw)
-        return jax.jit(lambda p: _fill(p, data, y, pairs, st))(initial_params(rng_key, data, y, pairs, st))
+        # the data and tables are arguments of the compiled fill, never constants of it
+        fill = jax.jit(lambda p, d, yy, pp: _fill(p, d, yy, pp, st))
+        return fill(initial_params(rng_key, data, y, pairs, st), data, y, pairs)
 
     def update(params, data, **kw):
         st, data, y, pairs = _args(data, kw)

@@ -60,14 +60,14 @@ def _hinge_loglik(y, u):
 
 def _run_mcmc(data, cfg, *, nuts: bool):
     from latentzoo.inference.gibbs import ConjugateGibbs
-    from latentzoo.inference.rank_svm import initial_values, rank_svm_updates
+    from latentzoo.inference.rank_svm import bind_static, initial_values, rank_svm_updates
 
     X, y, variant, T = _prepare(data, cfg)
     if cfg.quick:
         cfg = cfg._replace(samples=min(cfg.samples, 100), warmup=min(cfg.warmup, 100))
     obs, kw = observed_data(X, y, variant)
     kw = {**kw, "K": cfg.K, "T": T}
-    model = partial(rank_factor_svm, **kw)  # everything but the data bound (MCMC traces args)
+    model, tables = bind_static(kw)  # sizes bound; data and its tables are traced arguments
     inits = [initial_values(obs, kw, cfg.seed + c) for c in range(cfg.chains)]
     if nuts:
         from numpyro.infer import NUTS
@@ -77,9 +77,9 @@ def _run_mcmc(data, cfg, *, nuts: bool):
         if variant.endswith("NL"):
             raise ValueError("NUTS cannot sample the NL variants' discrete assignments t; use gibbs or vb.")
     else:
-        kernel = ConjugateGibbs(model, rank_svm_updates(variant, y=y, pairs=kw.get("pairs")))
+        kernel = ConjugateGibbs(model, rank_svm_updates(variant))
     init = inits[0] if cfg.chains == 1 else jax.tree_util.tree_map(lambda *a: jnp.stack(a), *inits)
-    mcmc = runs.run_mcmc(kernel, cfg, obs, init_params=init)
+    mcmc = runs.run_mcmc(kernel, cfg, obs, init_params=init, **tables)
     u = mcmc.get_samples(group_by_chain=True)["u"]
     idata = runs.mcmc_idata(mcmc, drop=DROP, log_likelihood={"y": _hinge_loglik(y, u)})
     return _with_label_predictive(idata, y, u, cfg.seed)
@@ -113,7 +113,7 @@ def _checks_design(N, D, K=2, T=3, seed=0, **priors):
     X = rng.normal(size=(N, D))
     X[:, -1] = rng.integers(0, 3, N)  # a tied column: the grouped-ties pairing is exercised
     y = jnp.asarray(np.where(np.arange(N) % 2 == 0, 1.0, -1.0))
-    return dict(y=y, K=K, variant="R-L", T=T, pairs=rank_pairs(X), priors={**CHECK_PRIORS, **priors})
+    return dict(y=y, K=K, variant="R-L", T=T, pairs=rank_pairs(X), D=D, priors={**CHECK_PRIORS, **priors})
 
 
 # Non-default hyperparameters; the augmentation gets a proper Exp(0.8) prior so the program is
@@ -126,11 +126,10 @@ CHECK_PRIORS = {
 
 
 def _table(model_kwargs=None):
-    """The R-L table for a checks design (the table reads its labels and pairs)."""
+    """The R-L table for a checks design (it reads the labels and pairs from the model's trace)."""
     from latentzoo.inference.rank_svm import rank_svm_updates
 
-    kw = model_kwargs or RANK_SVM_CHECKS.model_kwargs
-    return rank_svm_updates("R-L", y=kw["y"], pairs=kw["pairs"])
+    return rank_svm_updates("R-L")
 
 
 def _random_priors(rng):
@@ -163,6 +162,7 @@ RANK_SVM_CHECKS = FamilyChecks(
     # side has n = 1).
     orbit_model_kwargs=_checks_design(6, 3, K=1, Phi_tilde_shape=5.0),
     informative_model_kwargs=_checks_design(30, 4),
+    sized_model_kwargs=_checks_design,
     informative_warmup=100,
     data_sites=("rank_margin", "svm_margin"),
 )

@@ -42,8 +42,7 @@ def design(variant, N=6, D=3, K=2, T=3, seed=0, ties=True, priors=PRIORS):
 
 def table(variant, model_kw_source):
     """The variant's table for the design of ``model_kw_source`` (a ``design`` result)."""
-    model = model_kw_source[0]
-    return rank_svm_updates(variant, y=model.keywords["y"], pairs=model.keywords.get("pairs"))
+    return rank_svm_updates(variant)  # it reads the design's labels and pairs from the model
 
 
 def duplicated(pairs: RankPairs, own_only: bool) -> RankPairs:

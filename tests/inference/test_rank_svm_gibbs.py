@@ -120,15 +120,13 @@ def _z_with_weights(variant, d, weight):
     """The R variants' z update with the pair weights 1/λ replaced by ``weight(λ)``."""
     from latentzoo.inference.rank_svm import gibbs as g
 
-    pairs = d[0].keywords["pairs"]
-    y = d[0].keywords["y"]
     original = g.z_row_precision
 
-    def row_precision(values, obs, priors, *, y, t, pairs=None):
+    def row_precision(values, obs, priors, *, t, ranked):
         lam = values["lam_rank"]
-        return original({**values, "lam_rank": 1.0 / weight(lam)}, obs, priors, y=y, t=t, pairs=pairs)
+        return original({**values, "lam_rank": 1.0 / weight(lam)}, obs, priors, t=t, ranked=ranked)
 
-    base = g.z_update(y=y, pairs=pairs)
+    base = g.z_update()
 
     def draw(key, values, obs, priors):
         saved = g.z_row_precision
@@ -146,35 +144,38 @@ def test_supplement_precision_written_as_variance_misses_the_conditional():
     a a^T by the variance λ instead of 1/λ. The right update's row draws match the exact
     conditional (thresholds as below); the supplement's miss it."""
     model, kw, sites = design("R-L")
-    good = _first_row_disagreement(model, kw, sites, _z_update(model, model.keywords["pairs"]))
+    good = _first_row_disagreement(model, kw, sites, _z_update())
     bad = _first_row_disagreement(model, kw, sites, _z_with_weights("R-L", (model, kw, sites), lambda lam: lam))
     assert good[0] < 4.5 and good[1] < 0.1, good
     assert bad[0] > 10 or bad[1] > 0.3, bad
 
 
-def _z_update(model, pairs):
-    y = model.keywords["y"]
-    (update,) = [u for u in rank_svm_updates("R-L", y=y, pairs=pairs) if u.sites == ("z",)]
+def _z_update():
+    """The R-L table's z update (it reads the labels and pairs of whichever model it is run on)."""
+    (update,) = [u for u in rank_svm_updates("R-L") if u.sites == ("z",)]
     return update
 
 
-def _first_row_disagreement(model, kw, sites, update, num=4000):
+def _first_row_disagreement(model, kw, sites, update, num=4000, logp_model=None):
     """The z update's draw of row 0 (the scan's first step, so it conditions on the other rows'
     current values) against the exact conditional of z_0 read off the joint density: the joint
     is quadratic in z_0, so its gradient and Hessian give the mean and precision. Returns the
-    largest standardised gap of the draws' mean and the relative gap of their covariance."""
+    largest standardised gap of the draws' mean and the relative gap of their covariance.
+    The update reads its tables from ``model``'s trace; the joint is ``logp_model``'s (default:
+    the same model)."""
     from numpyro.infer.util import log_density
 
     from latentzoo.inference.checks import simulate
     from latentzoo.inference.gibbs import read_model
 
-    values, data = simulate(model, kw, jax.random.PRNGKey(5), sites)
+    logp_model = logp_model or model
+    values, data = simulate(logp_model, kw, jax.random.PRNGKey(5), sites)
     priors, obs, _ = read_model(model, values, (data,), kw)
     draws = jax.vmap(lambda k: update.sample(k, values, obs, priors)["z"][0])(
         jax.random.split(jax.random.PRNGKey(6), num))
 
     def logp(z0):
-        return log_density(model, (data,), kw, {**values, "z": values["z"].at[0].set(z0)})[0]
+        return log_density(logp_model, (data,), kw, {**values, "z": values["z"].at[0].set(z0)})[0]
 
     z0 = values["z"][0]
     H = -jax.hessian(logp)(z0)
@@ -200,8 +201,10 @@ def test_z_update_that_drops_the_neighbours_factors_misses_the_conditional():
     pairs = model.keywords["pairs"]
     doubled = partial(rank_factor_svm, y=model.keywords["y"], variant="R-L",
                       pairs=duplicated(pairs, False))
-    good = _first_row_disagreement(doubled, kw, sites, _z_update(doubled, duplicated(pairs, False)))
-    bad = _first_row_disagreement(doubled, kw, sites, _z_update(doubled, duplicated(pairs, True)))
+    own_only = partial(rank_factor_svm, y=model.keywords["y"], variant="R-L",
+                       pairs=duplicated(pairs, True))
+    good = _first_row_disagreement(doubled, kw, sites, _z_update())
+    bad = _first_row_disagreement(own_only, kw, sites, _z_update(), logp_model=doubled)
     assert good[0] < 4.5 and good[1] < 0.1, good
     assert bad[0] > 10 or bad[1] > 0.3, bad
 
@@ -212,11 +215,10 @@ def test_t_update_without_the_classifier_fails_geweke():
     label hinge."""
     variant = "G-NL"
     d = design(variant)
-    y = d[0].keywords["y"]
 
     def draw(key, values, obs, priors):
         k_t, k_lam = jax.random.split(key)
-        logits, c = t_logits(values, obs, priors, y=y)
+        logits, c = t_logits(values, obs, priors)
         root = jnp.sqrt(1.0 + 2.0 * lam_rate(priors["lam_svm"]))
         t = jax.random.categorical(k_t, logits + c + jnp.abs(c) * root, axis=-1)  # hinge removed
         c_t = jnp.take_along_axis(c, t[:, None], 1)[:, 0]
