@@ -6,6 +6,9 @@ batch of precisions (..., K, K) matching ``b``. These helpers work in that *natu
 parameterisation and never form ``P^{-1}``: they factor ``P = L Lᵀ`` once (Cholesky) and apply
 triangular factors.
 
+Batches of precisions are factored by :mod:`latentzoo.inference.small_linalg` (plain XLA loops):
+jaxlib's batched CPU LAPACK kernels can deadlock XLA's thread pool when two run at once.
+
 Why a shared-P special case: for one K x K precision and N rows, XLA's CPU triangular solve with
 N right-hand sides is two orders of magnitude slower than forming the K x K triangular inverse
 once and applying it as a matrix product (40 ms vs 0.1 ms at N = 2000, K = 2).
@@ -19,6 +22,8 @@ import jax.scipy.linalg as jsl
 import numpy as np
 import numpyro.distributions as dist
 from numpyro.distributions.util import cholesky_of_inverse
+
+from . import small_linalg
 
 __all__ = [
     "LOG_2PI",
@@ -45,20 +50,22 @@ def precision_solve(P, b):
         ``(factor, mean)``: for a shared P, ``factor`` is ``L^{-1}`` (K, K), with ``P = L Lᵀ``;
         for batched P it is ``L`` itself (..., K, K). ``mean`` is ``P^{-1} b`` (..., K).
     """
-    L = jnp.linalg.cholesky(P)
     if P.ndim == 2:
+        L = jnp.linalg.cholesky(P)
         L_inv = jsl.solve_triangular(L, jnp.eye(P.shape[-1], dtype=P.dtype), lower=True)
         mean = (b @ L_inv.T) @ L_inv  # rows of b times P^{-1} = L^{-T} L^{-1}
         return L_inv, mean
-    mean = jsl.cho_solve((L, True), b[..., None])[..., 0]
-    return L, mean
+    L = small_linalg.cholesky(P)
+    return L, small_linalg.cho_solve(L, b)
 
 
 def mvn_from_precision(P, b) -> dist.MultivariateNormal:
     """``N(P^{-1} b, P^{-1})`` as a NumPyro distribution (for checks and for users; sweeps use
     :func:`gaussian_draw`, the same law)."""
     _, mean = precision_solve(P, b)
-    return dist.MultivariateNormal(mean, precision_matrix=P)
+    if P.ndim == 2:
+        return dist.MultivariateNormal(mean, precision_matrix=P)
+    return dist.MultivariateNormal(mean, scale_tril=small_linalg.cholesky_of_inverse(P))
 
 
 def gaussian_draw(key, P, b):
@@ -67,15 +74,14 @@ def gaussian_draw(key, P, b):
     eps = jax.random.normal(key, b.shape, dtype=b.dtype)
     if P.ndim == 2:
         return mean + eps @ factor  # rows: (L^{-T} e)ᵀ = eᵀ L^{-1}
-    noise = jsl.solve_triangular(jnp.swapaxes(factor, -1, -2), eps[..., None], lower=False)[..., 0]
-    return mean + noise
+    return mean + small_linalg.solve_upper(factor, eps)
 
 
 def gaussian_block(P, b):
     """Moments of ``N(P^{-1} b, P^{-1})`` for coordinate ascent: ``(mean (..., K), T)`` with ``T``
     the Cholesky factor of the covariance ``P^{-1}``, found by triangular solves against the
     identity (no explicit inverse); mean = T (Tᵀ b). Rows of ``b`` broadcast against a shared T."""
-    T = cholesky_of_inverse(P)
+    T = cholesky_of_inverse(P) if P.ndim == 2 else small_linalg.cholesky_of_inverse(P)
     u = jnp.einsum("...lk,...l->...k", T, b)  # Tᵀ b
     return jnp.einsum("...kl,...l->...k", T, u), T
 

@@ -26,9 +26,9 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import jax.scipy.linalg as jsl
 import numpy as np
 
+from latentzoo.inference import small_linalg
 from latentzoo.inference.gaussian import LOG_2PI
 from latentzoo.inference.seeding import kmeans_pp_seeds
 
@@ -54,15 +54,16 @@ def _component_terms(X, W, mu, Psi):
     K = W.shape[-1]
     WtPi = jnp.swapaxes(W, -1, -2) / Psi[:, None, :]  # (J, K, D) = W_jᵀ Psi_j^{-1}
     M = jnp.eye(K) + WtPi @ W  # (J, K, K) = G_j^{-1}
-    L = jnp.linalg.cholesky(M)
+    L = small_linalg.cholesky(M)  # plain XLA (batched LAPACK can deadlock; see small_linalg)
+    L_inv = small_linalg.tril_inverse(L)
     r = X[None] - mu[:, None, :]  # (J, N, D)
     proj = jnp.einsum("jkd,jnd->jkn", WtPi, r)
-    v = jsl.solve_triangular(L, proj, lower=True)  # (J, K, N)
+    v = L_inv @ proj  # (J, K, N)
     quad = jnp.einsum("jnd,jd->jn", r * r, 1.0 / Psi) - jnp.sum(v * v, 1)
     log_det = 2.0 * jnp.sum(jnp.log(jnp.diagonal(L, axis1=-2, axis2=-1)), -1) + jnp.sum(jnp.log(Psi), -1)
     loglik = -0.5 * (D * LOG_2PI + log_det[:, None] + quad)
-    means = jnp.swapaxes(jsl.solve_triangular(jnp.swapaxes(L, -1, -2), v, lower=False), -1, -2)
-    G = jax.vmap(lambda l: jsl.cho_solve((l, True), jnp.eye(K)))(L)
+    means = jnp.swapaxes(jnp.swapaxes(L_inv, -1, -2) @ v, -1, -2)
+    G = jnp.swapaxes(L_inv, -1, -2) @ L_inv  # M^{-1} = L^{-T} L^{-1}
     return loglik, G, means
 
 
@@ -87,7 +88,8 @@ def mfa_em_step(X, params, *, shared_noise: bool = True, floor=None):
     S = jnp.einsum("jn,jnk,jnl->jkl", R, Ez, Ez)
     S = S.at[:, :K, :K].add(Nj[:, None, None] * G)
     XtZ = jnp.einsum("jn,nd,jnk->jdk", R, X, Ez)  # (J, D, K+1)
-    B = jnp.swapaxes(jnp.linalg.solve(S, jnp.swapaxes(XtZ, -1, -2)), -1, -2)  # S symmetric
+    S_inv_tril = small_linalg.tril_inverse(small_linalg.cholesky(S))  # S symmetric positive definite
+    B = XtZ @ (jnp.swapaxes(S_inv_tril, -1, -2) @ S_inv_tril)  # XtZ S^{-1}
     resid = jnp.einsum("jn,nd->jd", R, X * X) - jnp.sum(B * XtZ, -1)  # diag(Σ r (x xᵀ - B E[z̃] xᵀ))
     floor = PSI_FLOOR * jnp.var(X, 0) + 1e-12 if floor is None else floor
     if shared_noise:

@@ -49,11 +49,11 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import jax.scipy.linalg as jsl
 import numpyro.distributions as dist
 
 from latentzoo.models.mfa import component_means
 
+from latentzoo.inference import small_linalg
 from latentzoo.inference.conjugate import dirichlet_categorical_posterior, gamma_precision_posterior, normal_mean_posterior
 from latentzoo.inference.seeding import kmeans_pp_seeds
 from latentzoo.inference.gaussian import diag_embed, gaussian_draw, mvn_from_precision
@@ -112,7 +112,7 @@ def c_marginal_logits(values, obs, priors):
     D = X.shape[-1]
     m, p0 = _z_prior(values, priors)
     M, WtPsi = _component_precisions(values, priors)
-    L = jnp.linalg.cholesky(M)  # (J, K, K)
+    L = small_linalg.cholesky(M)  # (J, K, K); plain XLA (batched LAPACK can deadlock)
     centre = mu + W @ m  # (J, D): the marginal mean of each component
     # r^T Psi r expanded as x^T Psi x - 2 x^T Psi c_j + c_j^T Psi c_j keeps the work at N*J*D
     # without materialising an (N, J, D) residual; float64 makes the cancellation harmless.
@@ -122,7 +122,7 @@ def c_marginal_logits(values, obs, priors):
         + ((centre * centre) @ psi)[None, :]
     )  # (N, J)
     proj = jnp.einsum("jkd,nd->jkn", WtPsi, X) - (WtPsi @ centre[..., None])  # (J, K, N)
-    u = jsl.solve_triangular(L, proj, lower=True)  # L_j^{-1} W_jᵀ Ψ r_nj
+    u = small_linalg.tril_inverse(L) @ proj  # L_j^{-1} W_jᵀ Ψ r_nj
     quad = quad - jnp.sum(u * u, axis=1).T
     logdet = (
         2.0 * jnp.sum(jnp.log(jnp.diagonal(L, axis1=-2, axis2=-1)), -1)

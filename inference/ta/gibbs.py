@@ -54,6 +54,7 @@ import numpyro.distributions as dist
 
 from latentzoo.models.tensor_analyzer import contract, kron_rows
 
+from latentzoo.inference import small_linalg
 from latentzoo.inference.conjugate import dirichlet_categorical_posterior
 from latentzoo.inference.gaussian import LOG_2PI, diag_embed, gaussian_draw, mvn_from_precision
 from latentzoo.inference.tempering import temperature
@@ -214,8 +215,8 @@ def collapsed_log_Z(values, obs, priors, j: int = 0):
     m, p0 = _group_prior(priors, name, values[name].shape[-1])
     beta = temperature(priors["X"])
     D = lam.shape[-1]
-    L = jnp.linalg.cholesky(P)
-    v = jax.scipy.linalg.solve_triangular(L, b[..., None], lower=True)[..., 0]
+    L = small_linalg.cholesky(P)  # (C, N, d, d); plain XLA (batched LAPACK can deadlock)
+    v = small_linalg.solve_lower(L, b)
     log_det_P = 2.0 * jnp.sum(jnp.log(jnp.diagonal(L, axis1=-2, axis2=-1)), -1)  # (C, N)
     log_det_Sigma = -jnp.sum(jnp.log(lam), -1)[:, None]  # (C, 1)
     quad = q + jnp.sum(m * m * p0) - jnp.sum(v * v, -1)

@@ -40,6 +40,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from latentzoo.inference import small_linalg
 from latentzoo.inference.gaussian import LOG_2PI
 from latentzoo.models.tensor_analyzer import contract
 
@@ -90,9 +91,9 @@ def _conditional_log_lik(X, W, T, mu, Psi, d, rest):
         M = jnp.broadcast_to(W + T, (rest.shape[0], *T.shape))
     c = rest @ W[:, d1:].T + mu  # (n, D)
     MtL = jnp.swapaxes(M, -1, -2) / Psi  # (n, d_1, D): M' Psi^-1
-    L = jnp.linalg.cholesky(jnp.eye(d1, dtype=X.dtype) + MtL @ M)
+    L = small_linalg.cholesky(jnp.eye(d1, dtype=X.dtype) + MtL @ M)  # plain XLA, batched over n
     r = X[None] - c[:, None, :]  # (n, N, D)
-    v = jax.scipy.linalg.solve_triangular(L, jnp.einsum("nkd,nrd->nkr", MtL, r), lower=True)  # (n, d_1, N)
+    v = small_linalg.tril_inverse(L) @ jnp.einsum("nkd,nrd->nkr", MtL, r)  # (n, d_1, N)
     quad = jnp.sum(r * r / Psi, -1) - jnp.sum(v * v, 1)  # (n, N)
     logdet = jnp.sum(jnp.log(Psi)) + 2.0 * jnp.sum(jnp.log(jnp.diagonal(L, axis1=-2, axis2=-1)), -1)
     return -0.5 * (X.shape[-1] * LOG_2PI + logdet[:, None] + quad)
