@@ -148,6 +148,9 @@ class FamilyChecks(NamedTuple):
         data_sites: the observed sites the Geweke and SBC runs redraw, passed to the model as
             its first argument: ``"X"`` (the array), or a tuple of names (a dict of them, for a
             model with several observed sites, e.g. augmented hinge margins).
+        sized_model_kwargs: ``(N, D) -> model_kwargs`` at N rows and D columns (images: N
+            images of D x D pixels), so the program-size test can lower a sweep at two sizes and
+            show that the compiled program does not grow with the data.
     """
 
     model_kwargs: dict
@@ -160,6 +163,7 @@ class FamilyChecks(NamedTuple):
     informative_model_kwargs: dict | None = None
     informative_warmup: int = 50
     data_sites: str | tuple[str, ...] = "X"
+    sized_model_kwargs: Callable | None = None
 
 
 class Family(NamedTuple):

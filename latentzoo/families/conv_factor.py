@@ -19,12 +19,37 @@ from latentzoo.data import IMAGE_STACK
 from latentzoo.models.conv_factor import as_channels_first, conv_factor, default_cfa_data, reconstruct
 from latentzoo.registry import Family, FamilyChecks, Method, Option, register
 
-__all__ = ["CFA", "CFA_TEST_FUNCTIONS", "CFA_CHECK_PRIORS", "cfa_random_priors"]
+__all__ = ["CFA", "CFA_TEST_FUNCTIONS", "CFA_CHECK_PRIORS", "cfa_random_priors", "image_stack"]
 
 # Per-image maps, their precisions and the element switches grow with N·K·H·W: they stay out of
 # the result files (never collected); the atoms and usages are kept (their size is K·C·h·w), and
 # the identified summaries (deterministic sites of the model) say what the fit found.
 DROP = ("W", "alpha", "b")
+
+
+def image_stack(data, cfg) -> np.ndarray:
+    """The stack as the model takes it, (N, C, H, W). A 4-D stack's layout is never guessed:
+    ``--layout NHWC|NCHW`` says it, and without it only a stack that is plainly channels-last
+    (at most 4 channels last, a longer second axis: (N, 32, 32, 3)) is read; any other shape is
+    refused with one sentence asking for ``--layout``. K is bounded before anything compiles."""
+    X = np.asarray(data, dtype=np.float64)
+    layout = cfg.options.get("layout")
+    if X.ndim == 4:
+        if layout is None:
+            if not X.shape[-1] <= 4 < X.shape[1]:
+                raise ValueError(
+                    f"The image stack's shape {X.shape} does not say where its channels are: "
+                    "pass --layout NHWC for (images, height, width, channels) or --layout NCHW "
+                    "for (images, channels, height, width).")
+            layout = "NHWC"
+        X = as_channels_first(X) if layout == "NHWC" else X
+    else:
+        X = as_channels_first(X)
+    values = int(np.prod(X.shape[1:]))
+    if cfg.K < 1 or cfg.K > values:
+        raise ValueError(f"--K must be between 1 and {values} (the values in one image, "
+                         f"{X.shape[1]} x {X.shape[2]} x {X.shape[3]}), got {cfg.K}.")
+    return X
 
 
 def _options(cfg, shape):
@@ -70,7 +95,7 @@ def _run_gibbs(data, cfg):
     from latentzoo.inference.conv_factor import cfa_updates
     from latentzoo.inference.gibbs import ConjugateGibbs
 
-    X = as_channels_first(data)
+    X = image_stack(data, cfg)
     atom, pool, w_update, joint_b = _options(cfg, X.shape)
     if cfg.quick:
         cfg = cfg._replace(samples=min(cfg.samples, 50), warmup=min(cfg.warmup, 50))
@@ -90,7 +115,7 @@ def _run_vb(data, cfg):
     identified summaries (the per-image maps stay out, as for the sampler)."""
     from latentzoo.inference.conv_factor.vb import fit_vb, reconstruction
 
-    X = as_channels_first(data)
+    X = image_stack(data, cfg)
     atom, pool, w_update, _ = _options(cfg, X.shape)
     if pool or w_update != "exact":
         raise ValueError("--pool and --w_update parallel belong to the gibbs method; vb is exact "
@@ -180,6 +205,8 @@ CFA_CHECKS = FamilyChecks(
     informative_model_kwargs=dict(K=2, atom_shape=(2, 2), N=3, image_shape=(1, 6, 6),
                                   priors=CFA_CHECK_PRIORS),
     informative_warmup=100,
+    sized_model_kwargs=lambda N, D: dict(K=2, atom_shape=(2, 2), N=N, image_shape=(3, D, D + 1),
+                                         priors=CFA_CHECK_PRIORS),
 )
 
 CFA = register(
@@ -199,6 +226,8 @@ CFA = register(
         checks=CFA_CHECKS,
         options=(
             Option("atom", "side of the square atoms (pixels)", default=3, type=int),
+            Option("layout", "axes of a 4-D image stack: NHWC (channels last) or NCHW; needed "
+                   "unless the stack is plainly channels-last", choices=("NHWC", "NCHW")),
             Option("pool", "max-pool each map over PxP regions after its draw (the paper's "
                    "heuristic, outside the model); 0: off, the exact sampler", default=0, type=int),
             Option("w_update", "maps drawn by colour classes of non-overlapping shifts (exact) or "

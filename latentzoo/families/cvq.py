@@ -120,6 +120,7 @@ CVQ_CHECKS = FamilyChecks(
     vb=_cvq_vb_check,
     random_priors=_cvq_random_priors,
     informative_model_kwargs=dict(N=60, D=4, K=2),
+    sized_model_kwargs=lambda N, D: dict(N=N, D=D, K=2),
 )
 
 CVQ = register(

@@ -309,6 +309,7 @@ FA_CHECKS = FamilyChecks(
     random_priors=_fa_random_priors,
     # K = 1: the scale move's orbit is one-dimensional; N < D skews its target (Jacobian c^(D-N))
     orbit_model_kwargs=dict(N=3, D=6, K=1),
+    sized_model_kwargs=lambda N, D: {**_fa_small(), "N": N, "D": D},
     informative_model_kwargs=_fa_informative(),
 )
 

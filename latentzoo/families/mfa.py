@@ -121,6 +121,7 @@ MFA_CHECKS = FamilyChecks(
     broken_site="psi",
     random_priors=_mfa_random_priors,
     informative_model_kwargs=dict(N=60, D=3, K=1, J=2, priors={"mu": _tight_mu()}),
+    sized_model_kwargs=lambda N, D: dict(N=N, D=D, K=1, J=2, priors={"mu": _tight_mu()}),
 )
 
 MFA = register(
