@@ -116,17 +116,26 @@ class Interrupted(KeyboardInterrupt):
 
 @contextlib.contextmanager
 def _signals_interrupt():
-    """Turn SIGTERM (and SIGINT) into :class:`Interrupted` while a command runs (main thread)."""
+    """Turn SIGTERM (and SIGINT) into :class:`Interrupted` while a command runs (main thread).
+
+    Yields ``disarm()``, which a command calls once its files are in place: from then on either
+    signal ends the process at once with the system's default action (the files are complete, and
+    an exception raised during the interpreter's shutdown would only print "Exception ignored").
+    """
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield lambda: None
         return
 
     def handler(signum, frame):
         raise Interrupted(signum)
 
+    def disarm():
+        for s in previous:
+            signal.signal(s, signal.SIG_DFL)
+
     previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        yield
+        yield disarm
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
@@ -135,7 +144,8 @@ def _signals_interrupt():
 def main(argv=None) -> int:
     args = _build_parser().parse_args(argv)
     try:
-        with _signals_interrupt():
+        with _signals_interrupt() as disarm:
+            args.disarm_signals = disarm
             return {"list": _cmd_list, "run": _cmd_run, "diagnose": _cmd_diagnose}[args.command](args)
     except ValueError as err:
         if os.environ.get("LATENTZOO_DEBUG"):
@@ -514,6 +524,7 @@ def _cmd_run(args) -> int:
                                                                         sort_keys=True))
         table = write_run(out, idata, family=family, method=method, seconds=seconds,
                           data_name=data_name)
+        getattr(args, "disarm_signals", lambda: None)()  # the run's files are in place
     except KeyboardInterrupt:
         raise  # the checkpoint stays: --resume continues from it
     except BaseException:

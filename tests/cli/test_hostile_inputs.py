@@ -167,6 +167,35 @@ def test_data_wrong_for_the_model(model, case, make, phrase, tmp_path, capsys):
     _assert_user_error(code, capsys, phrase, out, tmp_path)
 
 
+IMAGE_ARGUMENT_CASES = {
+    # a channels-first stack read as channels-last would be 3 x 10 images of 10 channels
+    "channels-first stack without --layout": (
+        _npy("nchw.npy", _rng.normal(size=(12, 3, 10, 10))), [], "--layout"),
+    "K far above the values of one image": (
+        _npy("imgs.npy", _NONBINARY.reshape(5, 6, 6)), ["--K", "100000"], "--K must be between"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(IMAGE_ARGUMENT_CASES))
+def test_image_stack_arguments_are_checked_before_compiling(case, tmp_path, capsys):
+    make, extra, phrase = IMAGE_ARGUMENT_CASES[case]
+    out = tmp_path / "out"
+    code = main(["run", "cfa", "--data", make(tmp_path), "--K", "2", *extra, "--quick",
+                 "--no-progress", "--out", str(out)])
+    _assert_user_error(code, capsys, phrase, out, tmp_path)
+
+
+def test_layout_reads_a_channels_first_stack(tmp_path):
+    from latentzoo.families.conv_factor import image_stack
+    from latentzoo.registry import RunConfig
+
+    X = _rng.normal(size=(4, 3, 6, 7))
+    cfg = RunConfig(K=2)._replace(options={"layout": "NCHW"})
+    np.testing.assert_array_equal(image_stack(X, cfg), X)
+    cfg = cfg._replace(options={"layout": "NHWC"})
+    assert image_stack(X, cfg).shape == (4, 7, 3, 6)
+
+
 BINARY_CASES = {
     "real values": (_npy("real.npy", _NONBINARY), "0 or 1"),
     "halves": (_npy("half.npy", _GOOD * 0.5), "0 or 1"),
