@@ -82,3 +82,19 @@ def test_move_samples_the_exact_target_on_its_orbit(family, move, seed):
     result = check_move_on_orbit(family.model, move, kw, jax.random.PRNGKey(seed),
                                  data_site=family.checks.data_sites)
     assert result.passed, (result.z_scores, result.exact_moments, result.chain_moments)
+
+
+# Every axis at a size of its own: three channels, a non-square image, K = 2 against 3 images.
+# A count over the wrong axes (the noise precision's Gamma shape counting H·W pixels instead of
+# C·H·W values) agrees with the joint on one-channel square images and fails here (measured:
+# error O(1) against 1e-8).
+EVERY_AXIS = [c for c in _cases(GibbsUpdate) if c.values[0].name == "cfa"]
+
+
+@pytest.mark.parametrize("family, update", EVERY_AXIS)
+def test_conditional_matches_joint_on_multichannel_non_square_images(family, update):
+    priors = [_kwargs(family, 0)["priors"]]
+    kw = family.checks.sized_model_kwargs(3, 4)  # (3, 4, 5) images
+    err = check_conditional(family.model, update, kw, jax.random.PRNGKey(3), priors_list=priors,
+                            data_site=family.checks.data_sites)
+    assert err < 1e-8, (update.name, err)
