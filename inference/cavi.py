@@ -53,6 +53,8 @@ import numpy as np
 from numpyro.infer.svi import SVIRunResult
 from tqdm.auto import tqdm
 
+from latentzoo.models.tables import split_tables
+
 
 __all__ = [
     "CAVI",
@@ -181,12 +183,6 @@ def _load_state(path: str, fresh: CAVIState) -> tuple[CAVIState, list, bool]:
     return state, losses, finished
 
 
-def _is_table(value) -> bool:
-    """True for a keyword argument that is data: an array, or a pytree whose leaves all are."""
-    leaves = jax.tree_util.tree_leaves(value)
-    return bool(leaves) and all(isinstance(x, (jax.Array, np.ndarray)) for x in leaves)
-
-
 def _roundoff(elbo_value: float) -> float:
     # float64 sums of O(N*D) terms: allow a few thousand ulps of the objective's magnitude.
     return 1e-10 * max(1.0, abs(elbo_value)) + 1e-9
@@ -233,8 +229,7 @@ class CAVI:
         data) are traced arguments of the compiled sweep, like the positional data; the others
         (sizes, variant names, prior dicts) are bound. A table bound into the program would be
         compiled in as a constant, and compile time would grow with the data."""
-        static = {k: v for k, v in kwargs.items() if not _is_table(v)}
-        tables = {k: v for k, v in kwargs.items() if _is_table(v)}
+        static, tables = split_tables(kwargs)
         key = (tuple(sorted((k, repr(v)) for k, v in static.items())), tuple(sorted(tables)))
         if key not in self._jitted:
             algo = self.algorithm

@@ -67,8 +67,7 @@ def tril_inverse(L):
     """L^{-1} (lower triangular) of a lower triangular L, column by column."""
     K = L.shape[-1]
     eye = jnp.broadcast_to(jnp.eye(K, dtype=L.dtype), L.shape)
-    cols = jax.vmap(lambda e: solve_lower(L, e), in_axes=-1, out_axes=-1)(eye)
-    return cols
+    return jax.vmap(lambda e: solve_lower(L, e), in_axes=-1, out_axes=-1)(eye)
 
 
 def cholesky_of_inverse(P):

@@ -14,9 +14,11 @@ no draw and nothing to ``Predictive``'s or ArviZ's output.
 
 from __future__ import annotations
 
+import jax
+import numpy as np
 from numpyro.primitives import apply_stack
 
-__all__ = ["data_table", "DATA_TABLE"]
+__all__ = ["data_table", "DATA_TABLE", "is_table", "split_tables"]
 
 DATA_TABLE = "data_table"
 
@@ -30,3 +32,16 @@ def data_table(name: str, value):
     msg = {"type": DATA_TABLE, "name": name, "fn": _identity, "args": (value,), "kwargs": {},
            "value": value, "cond_indep_stack": [], "infer": {}}
     return apply_stack(msg)["value"]
+
+
+def is_table(value) -> bool:
+    """True for a keyword argument that is data: an array, or a pytree whose leaves all are."""
+    leaves = jax.tree_util.tree_leaves(value)
+    return bool(leaves) and all(isinstance(x, (jax.Array, np.ndarray)) for x in leaves)
+
+
+def split_tables(kwargs: dict) -> tuple[dict, dict]:
+    """``(static, tables)``: keyword arguments to bind into a compiled program (sizes, names,
+    prior dicts) and those to pass as its arguments (arrays and pytrees of arrays)."""
+    tables = {k: v for k, v in kwargs.items() if is_table(v)}
+    return {k: v for k, v in kwargs.items() if k not in tables}, tables

@@ -30,12 +30,6 @@ class ProgramSize(NamedTuple):
     batched_lapack: tuple = ()
 
 
-def is_table(value) -> bool:
-    """True for an argument that is data: an array, or a pytree whose leaves all are."""
-    leaves = jax.tree_util.tree_leaves(value)
-    return bool(leaves) and all(isinstance(x, (jax.Array, np.ndarray)) for x in leaves)
-
-
 def program_size(fn, *args) -> ProgramSize:
     """Lower ``jax.jit(fn)(*args)`` (nothing is compiled or run) and measure its text."""
     text = jax.jit(fn).lower(*args).as_text()
@@ -56,9 +50,9 @@ def gibbs_sweep_size(model, table, model_kwargs, data, init_values=None) -> Prog
     from functools import partial
 
     from latentzoo.inference.gibbs import ConjugateGibbs
+    from latentzoo.models.tables import split_tables
 
-    tables = {k: v for k, v in model_kwargs.items() if is_table(v)}
-    static = {k: v for k, v in model_kwargs.items() if not is_table(v)}
+    static, tables = split_tables(model_kwargs)
     kernel = ConjugateGibbs(partial(model, **static), table)
     state = kernel.init(jax.random.PRNGKey(0), 1, init_values, (data,), tables)
     return program_size(lambda s, a, t: kernel.sample(s, a, t), state, (data,), tables)

@@ -16,6 +16,7 @@ from latentzoo.inference.rank_svm.moves import hierarchy_scale_move, scale_move
 from latentzoo.inference.rank_svm.shrinkage import tpb_updates
 from latentzoo.inference.validation import check_labelled
 from latentzoo.models.rank_factor_svm import VARIANTS, observed_data, rank_factor_svm
+from latentzoo.models.tables import split_tables
 
 __all__ = ["rank_svm_updates", "fit_gibbs", "initial_values", "binary_labels", "bind_static"]
 
@@ -121,7 +122,5 @@ def bind_static(model_kwargs: dict):
     and the data tables (labels ``y``, rank ``pairs``) left as keyword arguments. Pass the tables
     to ``MCMC.run(..., jit_model_args=True)`` (or any jitted function) as arguments: bound into
     the model they would be compiled in as constants, whose folding grows with N and D."""
-    tables = {k: model_kwargs[k] for k in ("y", "pairs") if model_kwargs.get(k) is not None}
-    static = {k: v for k, v in model_kwargs.items() if k not in ("y", "pairs")}
-    tables = {k: jax.tree_util.tree_map(jnp.asarray, v) for k, v in tables.items()}
-    return partial(rank_factor_svm, **static), tables
+    static, tables = split_tables(model_kwargs)
+    return partial(rank_factor_svm, **static), jax.tree_util.tree_map(jnp.asarray, tables)
