@@ -41,6 +41,7 @@ import contextvars
 import inspect
 import os
 import socket
+import sys
 import tempfile
 import time
 import warnings
@@ -306,6 +307,9 @@ class CAVI:
         """
         if isinstance(restarts, bool) or not isinstance(restarts, (int, np.integer)) or restarts < 1:
             raise ValueError(f"restarts must be a positive integer, got {restarts!r}.")
+        if progress_bar:  # the bar stands at 0 while XLA compiles the sweep: say so
+            print("compiling the coordinate-ascent sweep for these sizes; its progress bar follows",
+                  file=sys.stderr, flush=True)
         ck = _CHECKPOINTS.get()
         call = None
         if ck is not None:

@@ -12,6 +12,7 @@ Three kinds of result (``Method.kind`` in :mod:`latentzoo.registry`):
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 import jax
@@ -75,6 +76,9 @@ def run_mcmc(kernel, cfg, *model_args, extra_fields=(), init_params=None, thinni
         progress_bar=cfg.progress,
         jit_model_args=True,
     )
+    if cfg.progress:  # the bars stand at 0 while XLA compiles: say so
+        print(f"compiling the sampler for these sizes (chains {cfg.chains}, warm-up {cfg.warmup}, "
+              f"draws {cfg.samples}); its progress bars follow", file=sys.stderr, flush=True)
     if getattr(cfg, "checkpoint_dir", None):
         from latentzoo.checkpoint import run_mcmc_segments
 

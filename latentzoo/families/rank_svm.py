@@ -32,6 +32,7 @@ __all__ = ["RANK_SVM"]
 LEVELS = 16  # the R variants' default number of value groups per feature (as RankFactorSVC)
 
 DROP = ("lam_rank", "lam_svm", "z", "t", "u", "eta_a", "xi_a", "e_beta", "b_beta")
+UNCOLLECTED = ("lam_rank", "lam_svm", "eta_a", "xi_a", "e_beta", "b_beta")  # of DROP, unused after the run
 
 
 def _prepare(data, cfg):
@@ -79,7 +80,11 @@ def _run_mcmc(data, cfg, *, nuts: bool):
     else:
         kernel = ConjugateGibbs(model, rank_svm_updates(variant))
     init = inits[0] if cfg.chains == 1 else jax.tree_util.tree_map(lambda *a: jnp.stack(a), *inits)
-    mcmc = runs.run_mcmc(kernel, cfg, obs, init_params=init, **tables)
+    # per-pair and per-loading latents are never stored: not collecting them keeps the draws in
+    # memory at O(N·K + D·K) a draw (lam_rank alone is 0.5 M values a draw at 72 x 7129)
+    skip = [s for s in UNCOLLECTED if s in init]
+    mcmc = runs.run_mcmc(kernel, cfg, obs, init_params=init, extra_fields=tuple(f"~z.{s}" for s in skip),
+                         **tables)
     u = mcmc.get_samples(group_by_chain=True)["u"]
     idata = runs.mcmc_idata(mcmc, drop=DROP, log_likelihood={"y": _hinge_loglik(y, u)})
     return _with_label_predictive(idata, y, u, cfg.seed)

@@ -1,0 +1,161 @@
+"""Benchmark: every family x method at the sizes of real data sets, through the command line.
+
+For each cell the script writes synthetic data of the cell's size (the kind the family reads:
+Gaussian-ish columns with some constant ones, binary baskets, labelled features, image stacks),
+then runs ``latentzoo run`` twice in a fresh process with one chain: once with ``a`` sweeps (1 + 1
+for MCMC, 2 for a point fit) and once with ``a + S``. From the two it reports
+
+- ``compile_s``: the short run's fit time (almost all of it compilation and first use),
+- ``s_per_sweep``: (long - short) / S, the cost of a sweep once compiled,
+- ``peak_rss_gb``: the long run's peak resident memory (the child process's ``ru_maxrss``),
+- ``s_per_sweep_per_NDK``: the sweep cost divided by N·D·K, constant when a sweep is linear.
+
+The fit times are the CLI's own "fitted in" seconds (data loading and file writing excluded).
+Both runs of a cell share nothing but the machine, so the ratio between cells is what the table
+is for; run it on a quiet machine for absolute numbers. Targets (issue "Real sizes"): compile
+<= 60 s, peak RSS <= 4 GB, cost per sweep linear in N·D·K. A point fit that converges before
+``a + S`` sweeps underestimates its per-sweep cost (``sweeps_run`` says how many ran).
+
+    python experiments/bench_scaling.py [--only rank-svm,fa] [--sweeps 20] [--json OUT]
+
+Cells are listed in ``CELLS``; ``--only`` keeps the families named. A cell whose run fails is
+reported with its one-line error, not skipped silently.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import numpy as np  # noqa: E402
+
+from _binary_common import usage_error, write_json  # noqa: E402
+
+SCRIPT = "bench_scaling.py"
+
+# (family, method, options, sizes): sizes are (N, D) for matrices, (N, H, W) for image stacks.
+_MATRIX = [(1000, 784), (72, 7129)]
+CELLS = [
+    *[("fa", m, {}, s) for m in ("gibbs", "vb") for s in [(500, 20), *_MATRIX]],
+    *[("mfa", "gibbs", {}, s) for s in [(500, 20), *_MATRIX]],
+    *[(f, m, {}, s) for f in ("ta", "mta") for m in ("gibbs", "mcem") for s in [(500, 16), *_MATRIX]],
+    *[("rank-svm", "gibbs", {"variant": v}, s) for v in ("G-L", "R-L", "G-NL", "R-NL")
+      for s in [(1214, 256), *_MATRIX]],
+    *[(f, m, {}, s) for f in ("cvq", "noca") for m in ("vb", "gibbs")
+      for s in [(10_000, 64), (2000, 500)]],
+    *[("cfa", "gibbs", {}, s) for s in [(1, 256, 256), (32, 64, 64)]],
+]
+K_OF = {"cvq": 8, "noca": 8, "cfa": 8, "mfa": 5}
+KIND = {"rank-svm": "labelled", "cvq": "binary", "noca": "binary", "cfa": "images"}
+POINT = {"vb", "em", "mcem"}
+
+
+def make_data(family: str, size, folder: str, seed: int = 0) -> str:
+    """A file of the cell's size and the family's data kind."""
+    rng = np.random.default_rng(seed)
+    kind = KIND.get(family, "matrix")
+    if kind == "images":
+        X = rng.random(size)
+        path = os.path.join(folder, "images.npy")
+        np.save(path, X)
+        return path
+    N, D = size
+    if kind == "binary":
+        X = (rng.random((N, D)) < 0.05).astype(np.int8)  # sparse baskets
+        X[0, :] = 1  # no empty column
+    else:
+        X = rng.normal(size=(N, min(D, 10))) @ rng.normal(size=(min(D, 10), D)) + rng.normal(size=(N, D))
+        X[:, : max(1, D // 50)] = 1.0  # constant columns, as image borders and dead genes
+        X = (X - X.mean(0)) / np.where(X.std(0) > 0, X.std(0), 1.0)
+    if kind == "labelled":
+        y = (X[:, -1] + 0.5 * rng.normal(size=N) > 0).astype(int)
+        X = np.column_stack([X, y])
+    path = os.path.join(folder, "data.npy")
+    np.save(path, X)
+    return path
+
+
+def run_cli(family, method, options, data, K, sweeps, folder):
+    """(fit seconds, peak RSS in GB, error or None) of one ``latentzoo run`` in a new process."""
+    out = os.path.join(folder, f"out-{sweeps}")
+    argv = [sys.executable, "-m", "latentzoo.cli", "run", family, "--method", method,
+            "--data", data, "--K", str(K), "--no-progress", "--out", out, "--chains", "1"]
+    if method in POINT:
+        argv += ["--sweeps", str(sweeps), "--restarts", "1"]
+    else:
+        argv += ["--warmup", str(sweeps // 2), "--samples", str(sweeps - sweeps // 2)]
+    for name, value in options.items():
+        argv += [f"--{name}", str(value)]
+    with tempfile.TemporaryFile("w+") as fout, tempfile.TemporaryFile("w+") as ferr:
+        proc = subprocess.Popen(argv, stdout=fout, stderr=ferr, text=True)
+        _, status, usage = os.wait4(proc.pid, 0)  # this child's own peak RSS
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        fout.seek(0), ferr.seek(0)
+        stdout, stderr = fout.read(), ferr.read()
+    if proc.returncode != 0:
+        lines = (stderr.strip() or stdout.strip() or "no output").splitlines()
+        return None, None, lines[-1]
+    fitted = re.search(r"fitted in ([0-9.]+) s", stdout)
+    seconds = float(fitted.group(1)) if fitted else float("nan")
+    return seconds, usage.ru_maxrss / 2**20, None
+
+
+def bench_cell(family, method, options, size, sweeps, folder):
+    K = K_OF.get(family, 10)
+    data = make_data(family, size, folder)
+    short = 2
+    t_short, _, err = run_cli(family, method, options, data, K, short, folder)
+    if err is None:
+        t_long, rss, err = run_cli(family, method, options, data, K, short + sweeps, folder)
+    row = dict(family=family, method=method, options=options, size=list(size), K=K)
+    if err is not None:
+        return {**row, "error": err}
+    N, D = (size[0], int(np.prod(size[1:])))
+    per = (t_long - t_short) / sweeps
+    return {**row, "compile_s": t_short, "s_per_sweep": per, "peak_rss_gb": rss,
+            "s_per_sweep_per_NDK": per / (N * D * K)}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--only", default="", help="comma-separated families to keep (default: all)")
+    p.add_argument("--sweeps", type=int, default=20, help="extra sweeps of the long run")
+    p.add_argument("--json", default=os.path.join("runs", "bench_scaling.json"))
+    args = p.parse_args(argv)
+    if args.sweeps < 2:
+        usage_error(SCRIPT, f"--sweeps must be at least 2, got {args.sweeps}.")
+    keep = {f for f in args.only.split(",") if f}
+    unknown = keep - {c[0] for c in CELLS}
+    if unknown:
+        usage_error(SCRIPT, f"--only names unknown families {sorted(unknown)}.")
+    cells = [c for c in CELLS if not keep or c[0] in keep]
+    rows = []
+    print(f"{'family':9} {'method':6} {'options':16} {'size':16} {'compile s':>9} "
+          f"{'s/sweep':>9} {'RSS GB':>7}  us/(N·D·K)")
+    start = time.perf_counter()
+    for family, method, options, size in cells:
+        with tempfile.TemporaryDirectory() as folder:
+            row = bench_cell(family, method, options, size, args.sweeps, folder)
+        rows.append(row)
+        opts = ",".join(f"{v}" for v in options.values())
+        dims = "x".join(map(str, size))
+        if "error" in row:
+            print(f"{family:9} {method:6} {opts:16} {dims:16} failed: {row['error']}", flush=True)
+        else:
+            print(f"{family:9} {method:6} {opts:16} {dims:16} {row['compile_s']:9.1f} "
+                  f"{row['s_per_sweep']:9.4f} {row['peak_rss_gb']:7.2f}  "
+                  f"{1e6 * row['s_per_sweep_per_NDK']:.4f}", flush=True)
+    write_json(args.json, {"script": SCRIPT, "sweeps": args.sweeps, "cells": rows,
+                           "seconds": time.perf_counter() - start})
+    print(f"\nwrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
