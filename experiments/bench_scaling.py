@@ -2,19 +2,20 @@
 
 For each cell the script writes synthetic data of the cell's size (the kind the family reads:
 Gaussian-ish columns with some constant ones, binary baskets, labelled features, image stacks),
-then runs ``latentzoo run`` twice in a fresh process with one chain: once with ``a`` sweeps (1 + 1
-for MCMC, 2 for a point fit) and once with ``a + S``. From the two it reports
+then runs ``latentzoo run`` once in a fresh process with one chain and its progress bars on:
+``S/2`` warm-up and ``S/2`` draws for MCMC, ``S`` sweeps for a point fit. It reports
 
-- ``compile_s``: the short run's fit time (almost all of it compilation and first use),
-- ``s_per_sweep``: (long - short) / S, the cost of a sweep once compiled,
-- ``peak_rss_gb``: the long run's peak resident memory (the child process's ``ru_maxrss``),
-- ``s_per_sweep_per_NDK``: the sweep cost divided by N·D·K, constant when a sweep is linear.
+- ``fit_s``: the CLI's own "fitted in" seconds (data loading and file writing excluded);
+- ``s_per_sweep``: MCMC, the sampling phase's elapsed time over its draws, read off NumPyro's
+  progress bar (the sampler was compiled during warm-up, so this is the cost of a sweep alone);
+  a point fit, ``fit_s`` over the sweeps run (compilation included: an upper bound);
+- ``compile_s``: ``fit_s`` less the sweeps' cost (MCMC), i.e. compilation and first use;
+- ``peak_rss_gb``: the run's peak resident memory (the child process's own ``ru_maxrss``);
+- ``s_per_sweep_per_NDK``: the sweep cost over N·D·K, constant when a sweep is linear.
 
-The fit times are the CLI's own "fitted in" seconds (data loading and file writing excluded).
-Both runs of a cell share nothing but the machine, so the ratio between cells is what the table
-is for; run it on a quiet machine for absolute numbers. Targets (issue "Real sizes"): compile
-<= 60 s, peak RSS <= 4 GB, cost per sweep linear in N·D·K. A point fit that converges before
-``a + S`` sweeps underestimates its per-sweep cost (``sweeps_run`` says how many ran).
+The machine's load enters every number: run it on a quiet machine for absolute ones; the cells of
+one run are comparable. Targets (issue "Real sizes"): compile <= 60 s, peak RSS <= 4 GB, cost per
+sweep linear in N·D·K. A point fit that converges early stops before ``S`` sweeps.
 
     python experiments/bench_scaling.py [--only rank-svm,fa] [--sweeps 20] [--json OUT]
 
@@ -83,61 +84,71 @@ def make_data(family: str, size, folder: str, seed: int = 0) -> str:
 
 
 def run_cli(family, method, options, data, K, sweeps, folder):
-    """(fit seconds, peak RSS in GB, error or None) of one ``latentzoo run`` in a new process."""
-    out = os.path.join(folder, f"out-{sweeps}")
+    """(stdout+stderr, peak RSS in GB, error or None) of one ``latentzoo run`` in a new process."""
     argv = [sys.executable, "-m", "latentzoo.cli", "run", family, "--method", method,
-            "--data", data, "--K", str(K), "--no-progress", "--out", out, "--chains", "1"]
+            "--data", data, "--K", str(K), "--out", os.path.join(folder, "out"), "--chains", "1"]
     if method in POINT:
         argv += ["--sweeps", str(sweeps), "--restarts", "1"]
     else:
         argv += ["--warmup", str(sweeps // 2), "--samples", str(sweeps - sweeps // 2)]
     for name, value in options.items():
         argv += [f"--{name}", str(value)]
-    with tempfile.TemporaryFile("w+") as fout, tempfile.TemporaryFile("w+") as ferr:
-        proc = subprocess.Popen(argv, stdout=fout, stderr=ferr, text=True)
+    with tempfile.TemporaryFile("w+") as fout:
+        proc = subprocess.Popen(argv, stdout=fout, stderr=subprocess.STDOUT, text=True)
         _, status, usage = os.wait4(proc.pid, 0)  # this child's own peak RSS
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        fout.seek(0), ferr.seek(0)
-        stdout, stderr = fout.read(), ferr.read()
-    if proc.returncode != 0:
-        lines = (stderr.strip() or stdout.strip() or "no output").splitlines()
-        return None, None, lines[-1]
-    fitted = re.search(r"fitted in ([0-9.]+) s", stdout)
-    seconds = float(fitted.group(1)) if fitted else float("nan")
-    return seconds, usage.ru_maxrss / 2**20, None
+        fout.seek(0)
+        text = fout.read()
+    if os.waitstatus_to_exitcode(status) != 0:
+        lines = [line for line in text.replace("\r", "\n").splitlines() if line.strip()]
+        return text, None, lines[-1] if lines else "no output"
+    return text, usage.ru_maxrss / 2**20, None
+
+
+def _elapsed(text: str, phase: str):
+    """(count, seconds) of the last finished progress bar of ``phase`` (tqdm: "n/n [MM:SS<")."""
+    found = re.findall(phase + r": 100%\|[^|]*\| (\d+)/\1 \[(?:(\d+):)?(\d+):(\d+)<", text)
+    if not found:
+        return None
+    n, h, m, sec = found[-1]
+    return int(n), 3600 * int(h or 0) + 60 * int(m) + int(sec)
 
 
 def bench_cell(family, method, options, size, sweeps, folder):
     K = K_OF.get(family, 10)
     data = make_data(family, size, folder)
-    short = 2
-    t_short, _, err = run_cli(family, method, options, data, K, short, folder)
-    if err is None:
-        t_long, rss, err = run_cli(family, method, options, data, K, short + sweeps, folder)
+    text, rss, err = run_cli(family, method, options, data, K, sweeps, folder)
     row = dict(family=family, method=method, options=options, size=list(size), K=K)
     if err is not None:
         return {**row, "error": err}
+    fitted = re.search(r"fitted in ([0-9.]+) s", text)
+    fit = float(fitted.group(1)) if fitted else float("nan")
     N, D = (size[0], int(np.prod(size[1:])))
-    per = (t_long - t_short) / sweeps
-    return {**row, "compile_s": t_short, "s_per_sweep": per, "peak_rss_gb": rss,
+    sample = None if method in POINT else _elapsed(text, "sample")
+    if sample and sample[1] > 0:
+        per = sample[1] / sample[0]
+        compile_s = fit - sweeps * per
+    else:  # a point fit, or draws too fast for the bar's one-second resolution
+        per, compile_s = fit / sweeps, float("nan")
+    return {**row, "fit_s": fit, "compile_s": compile_s, "s_per_sweep": per, "peak_rss_gb": rss,
             "s_per_sweep_per_NDK": per / (N * D * K)}
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--only", default="", help="comma-separated families to keep (default: all)")
-    p.add_argument("--sweeps", type=int, default=20, help="extra sweeps of the long run")
+    p.add_argument("--sweeps", type=int, default=200,
+                   help="sweeps per run (MCMC: half warm-up, half draws)")
     p.add_argument("--json", default=os.path.join("runs", "bench_scaling.json"))
     args = p.parse_args(argv)
-    if args.sweeps < 2:
-        usage_error(SCRIPT, f"--sweeps must be at least 2, got {args.sweeps}.")
+    if args.sweeps < 4:
+        usage_error(SCRIPT, f"--sweeps must be at least 4, got {args.sweeps}.")
     keep = {f for f in args.only.split(",") if f}
     unknown = keep - {c[0] for c in CELLS}
     if unknown:
         usage_error(SCRIPT, f"--only names unknown families {sorted(unknown)}.")
     cells = [c for c in CELLS if not keep or c[0] in keep]
     rows = []
-    print(f"{'family':9} {'method':6} {'options':16} {'size':16} {'compile s':>9} "
+    print(f"{'family':9} {'method':6} {'options':8} {'size':12} {'fit s':>7} {'compile s':>9} "
           f"{'s/sweep':>9} {'RSS GB':>7}  us/(N·D·K)")
     start = time.perf_counter()
     for family, method, options, size in cells:
@@ -147,10 +158,10 @@ def main(argv=None):
         opts = ",".join(f"{v}" for v in options.values())
         dims = "x".join(map(str, size))
         if "error" in row:
-            print(f"{family:9} {method:6} {opts:16} {dims:16} failed: {row['error']}", flush=True)
+            print(f"{family:9} {method:6} {opts:8} {dims:12} failed: {row['error']}", flush=True)
         else:
-            print(f"{family:9} {method:6} {opts:16} {dims:16} {row['compile_s']:9.1f} "
-                  f"{row['s_per_sweep']:9.4f} {row['peak_rss_gb']:7.2f}  "
+            print(f"{family:9} {method:6} {opts:8} {dims:12} {row['fit_s']:7.1f} "
+                  f"{row['compile_s']:9.1f} {row['s_per_sweep']:9.4f} {row['peak_rss_gb']:7.2f}  "
                   f"{1e6 * row['s_per_sweep_per_NDK']:.4f}", flush=True)
     write_json(args.json, {"script": SCRIPT, "sweeps": args.sweeps, "cells": rows,
                            "seconds": time.perf_counter() - start})
