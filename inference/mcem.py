@@ -41,12 +41,14 @@ the log-likelihood at every iteration (the draws are noisy), so, unlike
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
 from tqdm.auto import tqdm
 
 from .mcem_chains import LatentChains
@@ -285,6 +287,9 @@ class MCEM:
         included. Ignored without a ``loglik_fn``.
         """
         num_iterations = _check_count("num_iterations", num_iterations, 1)
+        if progress_bar:  # the bar stands at 0 while XLA compiles the iteration: say so
+            print("compiling the Monte Carlo EM iteration for these sizes; its progress bar follows",
+                  file=sys.stderr, flush=True)
         if init_state is None:
             if params is None:
                 raise ValueError("run needs starting params (or an init_state).")

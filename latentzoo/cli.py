@@ -23,7 +23,7 @@ import threading
 import time
 import warnings
 
-__all__ = ["main", "SentenceArgumentParser", "fail", "load_data", "scale_note", "QUICK", "FULL"]
+__all__ = ["main", "entry", "SentenceArgumentParser", "fail", "load_data", "scale_note", "QUICK", "FULL"]
 
 QUICK = dict(chains=4, samples=1000, warmup=300)
 FULL = dict(chains=4, samples=4000, warmup=1000)
@@ -597,5 +597,22 @@ def _cmd_diagnose(args) -> int:
     return 0
 
 
+def entry() -> None:
+    """The console script: :func:`main`, then exit with its status.
+
+    After SIGINT or SIGTERM the process ends with ``os._exit`` once the sentence is out: XLA may
+    still be compiling or running on its own threads (the signal arrived inside a compiled
+    program or a compilation), and the interpreter's normal shutdown then tears those threads'
+    state down under them, which ends in a segmentation fault instead of exit 128 + signal. The
+    run's state on disk is already what the sentence says (its checkpoint, or nothing).
+    """
+    code = main()
+    if code > 128:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    entry()

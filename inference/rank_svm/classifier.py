@@ -61,6 +61,9 @@ class RankFactorSVC(ClassifierMixin, BaseEstimator):
         max_draws: posterior draws used for prediction (evenly spaced). num_sweeps, burn_in: the
             R variants' Gibbs sweeps per draw for a new sample's factors (see
             :func:`~latentzoo.inference.rank_svm.predict.new_sample_states`).
+        progress: show the fit's progress bar (NumPyro's for Gibbs, the CAVI sweeps' for VB), after
+            a line saying that XLA is compiling; Ctrl-C then stops the fit with
+            ``KeyboardInterrupt`` within a sweep.
 
     Any two class labels are accepted; ``classes_[1]`` is the positive class (+1 in the model).
     The G variants centre and scale each column inside the estimator (a constant column keeps
@@ -75,7 +78,8 @@ class RankFactorSVC(ClassifierMixin, BaseEstimator):
     """
 
     def __init__(self, variant="R-L", K=10, T=5, method="gibbs", num_warmup=300, num_samples=300,
-                 seed=0, priors=None, max_draws=100, num_sweeps=30, burn_in=15, levels=16):
+                 seed=0, priors=None, max_draws=100, num_sweeps=30, burn_in=15, levels=16,
+                 progress=False):
         self.variant = variant
         self.K = K
         self.T = T
@@ -88,6 +92,7 @@ class RankFactorSVC(ClassifierMixin, BaseEstimator):
         self.num_sweeps = num_sweeps
         self.burn_in = burn_in
         self.levels = levels
+        self.progress = progress
 
     # ------------------------------------------------------------------ validation (one place)
     def _check_settings(self) -> None:
@@ -151,7 +156,7 @@ class RankFactorSVC(ClassifierMixin, BaseEstimator):
 
             mcmc = fit_gibbs(Xs, y_pm, variant=self.variant, K=int(self.K), T=int(self.T),
                              num_warmup=int(self.num_warmup), num_samples=int(self.num_samples),
-                             seed=int(self.seed), priors=self.priors)
+                             seed=int(self.seed), priors=self.priors, progress=bool(self.progress))
             samples = mcmc.get_samples()
         else:
             samples = self._vb_draws(Xs, y_pm)
@@ -169,7 +174,8 @@ class RankFactorSVC(ClassifierMixin, BaseEstimator):
         from latentzoo.models.rank_factor_svm import observed_data
 
         fit = fit_vb(Xs, y_pm, variant=self.variant, K=int(self.K), T=int(self.T),
-                     num_steps=max(int(self.num_warmup), 1), seed=int(self.seed), priors=self.priors)
+                     num_steps=max(int(self.num_warmup), 1), seed=int(self.seed), priors=self.priors,
+                     progress_bar=bool(self.progress))
         data, kw = observed_data(Xs, y_pm, self.variant, self.priors)
         draws = Predictive(fit.guide, params=fit.params, num_samples=int(self.num_samples))
         return draws(jax.random.PRNGKey(int(self.seed) + 1), data, K=int(self.K), T=int(self.T),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from functools import partial
 
 import jax
@@ -113,6 +114,9 @@ def fit_gibbs(X, y, *, variant: str = "R-L", K: int = 5, T: int = 5, num_warmup:
     if num_chains > 1:
         inits = [initial_values(data, kw, seed + c) for c in range(num_chains)]
         init = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *inits)
+    if progress:  # NumPyro's bar stands at 0 while XLA compiles the sweep: say so
+        print("compiling the sampler for these sizes; its progress bar follows", file=sys.stderr,
+              flush=True)
     mcmc.run(jax.random.PRNGKey(seed), data, init_params=init, **tables)
     return mcmc
 

@@ -122,7 +122,7 @@ def _run_vb(data, cfg):
                          "coordinate ascent.")
     sweeps, restarts = runs.point_sizes(cfg, sweeps=200, quick_sweeps=20)
     fit = fit_vb(X, K=cfg.K, atom_shape=(atom, atom), num_steps=sweeps, seed=cfg.seed,
-                 restarts=restarts)
+                 restarts=restarts, progress_bar=cfg.progress)
     p = {k: np.asarray(v) for k, v in fit.params.items()}
     X_hat = np.asarray(reconstruction(fit.params))
     resid = np.sqrt(np.sum((X - X_hat) ** 2, axis=(1, 2, 3)))

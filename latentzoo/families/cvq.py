@@ -44,7 +44,8 @@ def _run_point(X, cfg, *, method):
     if method == "em" and cfg.K > 16:
         raise ValueError(f"Exact EM enumerates 2^K states and is limited to K <= 16, got K = {cfg.K}.")
     sweeps, restarts = runs.point_sizes(cfg, restarts=5)
-    fit = fit_cvq(X, cfg.K, method=method, num_steps=sweeps, seed=cfg.seed, restarts=restarts)
+    fit = fit_cvq(X, cfg.K, method=method, num_steps=sweeps, seed=cfg.seed, restarts=restarts,
+                  progress_bar=cfg.progress)
     p = fit.params
     sigma = np.asarray(p["sigma_loc"])
     ll = _loglik(X, *(np.asarray(p[k])[None, None] for k in ("W_loc", "pi_loc", "sigma_loc")))

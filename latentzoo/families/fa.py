@@ -18,6 +18,7 @@ draws. Draws are thinned while sampling so that all of this stays within
 from __future__ import annotations
 
 import os
+import sys
 from functools import partial
 
 import jax
@@ -201,6 +202,9 @@ def _run_online(_, cfg, *, variant: str):
         shift, scale = _column_moments(chunks())
     model = OnlineFactorAnalysis(cfg.K, method=variant, random_state=cfg.seed)
     n_rows, objective, last = 0, [], None
+    if cfg.progress:  # the first batch compiles the step: the bar stands at 0 until then
+        print("compiling the streaming step for these sizes on the first batch; its progress bar "
+              "follows", file=sys.stderr, flush=True)
     bar = tqdm(unit="rows", desc=f"online FA ({variant})", disable=not cfg.progress)
     try:
         for chunk in chunks():

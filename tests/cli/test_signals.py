@@ -1,0 +1,106 @@
+"""Long runs talk and stop: every family and method says when XLA compiles, and SIGINT or SIGTERM
+sent then ends the run within 5 seconds with one sentence and exit 128 + the signal.
+
+A compilation is the longest stretch a run spends outside Python (a minute at real sizes), so the
+signal is sent the moment the "compiling" line appears, with the persistent compilation cache off
+in the child so that it really compiles. A run that printed no such line fails the test (the user
+would see a silent process), and so does one that died of the signal's aftermath (a segmentation
+fault while XLA's threads were torn down, exit -11) instead of exiting with the CLI's status.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from latentzoo.registry import families
+
+DEADLINE_S = 5.0
+CELLS = [(f.name, m) for f in families().values() for m in f.cli_methods]
+
+
+def _run_until_compiling(argv, env, timeout=180.0):
+    """Start the CLI; return (process, stderr lines so far, reader thread) once it says it is
+    compiling (or has ended)."""
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env=env)
+    lines: list[str] = []
+
+    def read():
+        for line in iter(proc.stderr.readline, ""):
+            lines.append(line)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    deadline = time.monotonic() + timeout
+    while not any("compiling" in line for line in lines) and proc.poll() is None:
+        assert time.monotonic() < deadline, "no 'compiling' line in time"
+        time.sleep(0.02)
+    return proc, lines, reader
+
+
+@pytest.mark.parametrize("index,model,method", [(i, *c) for i, c in enumerate(CELLS)],
+                         ids=[f"{m}-{meth}" for m, meth in CELLS])
+def test_a_signal_while_compiling_ends_the_run_within_5_seconds(index, model, method, tmp_path):
+    sig = (signal.SIGINT, signal.SIGTERM)[index % 2]
+    env = dict(os.environ, JAX_ENABLE_COMPILATION_CACHE="false")
+    argv = [sys.executable, "-m", "latentzoo.cli", "run", model, "--method", method, "--quick",
+            "--out", str(tmp_path / "run")]
+    if families()[model].method(method).streaming:
+        # the default stream ends a second after its step compiles: a longer one, so that the
+        # signal cannot arrive after the end
+        rows = np.random.default_rng(0).normal(size=(200_000, 8))
+        np.save(tmp_path / "stream.npy", rows)
+        argv += ["--data", str(tmp_path / "stream.npy")]
+    proc, lines, reader = _run_until_compiling(argv, env)
+    assert proc.poll() is None, f"{model}/{method} ended without saying it compiles: {''.join(lines)}"
+    sent = time.monotonic()
+    proc.send_signal(sig)
+    try:
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    took = time.monotonic() - sent
+    reader.join(timeout=10)
+    text = "".join(lines)
+    assert proc.returncode == 128 + sig, text
+    assert took < DEADLINE_S, f"{model}/{method} took {took:.1f} s to stop"
+    last = [line for line in text.replace("\r", "\n").splitlines() if line.strip()][-1]
+    assert last.startswith(f"latentzoo: interrupted ({signal.Signals(sig).name})"), text
+    assert not (tmp_path / "run" / "posterior.nc").exists()
+
+
+def test_an_interrupted_estimator_fit_raises_keyboard_interrupt(tmp_path):
+    """The API: Ctrl-C in a fit with its progress bar on raises KeyboardInterrupt within 5 s."""
+    code = (
+        "import numpy as np\n"
+        "from latentzoo.inference.rank_svm.classifier import RankFactorSVC\n"
+        "rng = np.random.default_rng(0)\n"
+        "X = rng.normal(size=(40, 6)); y = (X[:, 0] > 0).astype(int)\n"
+        "try:\n"
+        "    RankFactorSVC(variant='G-L', K=2, num_warmup=100000, num_samples=10, progress=True).fit(X, y)\n"
+        "except KeyboardInterrupt:\n"
+        "    print('KeyboardInterrupt', flush=True)\n"
+        "    raise SystemExit(7)\n"
+    )
+    env = dict(os.environ, JAX_ENABLE_COMPILATION_CACHE="false")
+    proc, lines, reader = _run_until_compiling([sys.executable, "-c", code], env)
+    assert proc.poll() is None, "".join(lines)
+    time.sleep(0.5)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 7, "".join(lines)
+    assert time.monotonic() - sent < DEADLINE_S
