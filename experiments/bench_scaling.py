@@ -6,10 +6,13 @@ then runs ``latentzoo run`` once in a fresh process with one chain and its progr
 ``S/2`` warm-up and ``S/2`` draws for MCMC, ``S`` sweeps for a point fit. It reports
 
 - ``fit_s``: the CLI's own "fitted in" seconds (data loading and file writing excluded);
-- ``s_per_sweep``: MCMC, the sampling phase's elapsed time over its draws, read off NumPyro's
-  progress bar (the sampler was compiled during warm-up, so this is the cost of a sweep alone);
-  a point fit, ``fit_s`` over the sweeps run (compilation included: an upper bound);
-- ``compile_s``: ``fit_s`` less the sweeps' cost (MCMC), i.e. compilation and first use;
+- ``compile_s``: the seconds JAX spent tracing, lowering and compiling, summed from its own log
+  (``JAX_LOG_COMPILES=1``: "Finished tracing + transforming / jaxpr to MLIR module conversion /
+  XLA compilation of ... in S sec");
+- ``s_per_sweep``: ``fit_s - compile_s`` over the sweeps run (warm-up and draws for MCMC; for a
+  point fit the sweeps it ran, read off its progress bar, else ``S``): the cost of a sweep with
+  the run's own bookkeeping (checkpoints, the stored draws) included. Progress bars are no clock
+  here: JAX dispatches sweeps asynchronously, so a bar can run ahead of the work;
 - ``peak_rss_gb``: the run's peak resident memory (the child process's own ``ru_maxrss``);
 - ``s_per_sweep_per_NDK``: the sweep cost over N·D·K, constant when a sweep is linear.
 
@@ -93,8 +96,9 @@ def run_cli(family, method, options, data, K, sweeps, folder):
         argv += ["--warmup", str(sweeps // 2), "--samples", str(sweeps - sweeps // 2)]
     for name, value in options.items():
         argv += [f"--{name}", str(value)]
+    env = dict(os.environ, JAX_LOG_COMPILES="1")
     with tempfile.TemporaryFile("w+") as fout:
-        proc = subprocess.Popen(argv, stdout=fout, stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.Popen(argv, stdout=fout, stderr=subprocess.STDOUT, text=True, env=env)
         _, status, usage = os.wait4(proc.pid, 0)  # this child's own peak RSS
         fout.seek(0)
         text = fout.read()
@@ -104,13 +108,19 @@ def run_cli(family, method, options, data, K, sweeps, folder):
     return text, usage.ru_maxrss / 2**20, None
 
 
-def _elapsed(text: str, phase: str):
-    """(count, seconds) of the last finished progress bar of ``phase`` (tqdm: "n/n [MM:SS<")."""
-    found = re.findall(phase + r": 100%\|[^|]*\| (\d+)/\1 \[(?:(\d+):)?(\d+):(\d+)<", text)
-    if not found:
-        return None
-    n, h, m, sec = found[-1]
-    return int(n), 3600 * int(h or 0) + 60 * int(m) + int(sec)
+_COMPILE_LOG = re.compile(r"Finished (?:tracing \+ transforming|jaxpr to MLIR module conversion|"
+                          r"XLA compilation) .*? in ([0-9.eE+-]+) sec")
+
+
+def compile_seconds(text: str) -> float:
+    """Seconds JAX logged for tracing, lowering and compiling (``JAX_LOG_COMPILES=1``)."""
+    return float(sum(float(s) for s in _COMPILE_LOG.findall(text)))
+
+
+def _sweeps_run(text: str, default: int) -> int:
+    """Sweeps a point fit ran: the last count its progress bar reached (it may stop early)."""
+    found = re.findall(r"(?:CAVI|MCEM)[^:|]*:\s+\d+%\|[^|]*\| (\d+)/\d+", text)
+    return int(found[-1]) if found else default
 
 
 def bench_cell(family, method, options, size, sweeps, folder):
@@ -123,14 +133,11 @@ def bench_cell(family, method, options, size, sweeps, folder):
     fitted = re.search(r"fitted in ([0-9.]+) s", text)
     fit = float(fitted.group(1)) if fitted else float("nan")
     N, D = (size[0], int(np.prod(size[1:])))
-    sample = None if method in POINT else _elapsed(text, "sample")
-    if sample and sample[1] > 0:
-        per = sample[1] / sample[0]
-        compile_s = fit - sweeps * per
-    else:  # a point fit, or draws too fast for the bar's one-second resolution
-        per, compile_s = fit / sweeps, float("nan")
-    return {**row, "fit_s": fit, "compile_s": compile_s, "s_per_sweep": per, "peak_rss_gb": rss,
-            "s_per_sweep_per_NDK": per / (N * D * K)}
+    compile_s = compile_seconds(text)
+    ran = _sweeps_run(text, sweeps) if method in POINT else sweeps
+    per = max(fit - compile_s, 0.0) / max(ran, 1)
+    return {**row, "fit_s": fit, "compile_s": compile_s, "sweeps_run": ran, "s_per_sweep": per,
+            "peak_rss_gb": rss, "s_per_sweep_per_NDK": per / (N * D * K)}
 
 
 def main(argv=None):

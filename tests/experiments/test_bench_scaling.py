@@ -1,6 +1,6 @@
-"""``experiments/bench_scaling.py``: its data match each family's data kind and size, it reads
-the sweep time off NumPyro's progress bar, and bad arguments are one sentence. (Its cells run the
-CLI for minutes each; the numbers are in docs/models/rank_factor_svm.md.)"""
+"""``experiments/bench_scaling.py``: its data match each family's data kind and size, it sums
+JAX's logged compile seconds and counts the sweeps a point fit ran, and bad arguments are one
+sentence. (Its cells run the CLI for minutes each; the numbers are in docs/scaling.md.)"""
 
 import numpy as np
 import pytest
@@ -17,13 +17,25 @@ def test_data_of_every_kind_has_the_cells_size(load_experiment, tmp_path):
     assert np.load(bench.make_data("cfa", (2, 8, 9), str(tmp_path))).shape == (2, 8, 9)
 
 
-def test_sweep_time_is_read_off_the_last_finished_bar(load_experiment):
+def test_compile_seconds_are_summed_from_jax_s_log(load_experiment):
     bench = load_experiment("bench_scaling")
-    text = ("warmup: 100%|##| 100/100 [00:40<00:00, 2.5it/s]\rsample:  50%|#| 50/100 [00:05<00:05]"
-            "\rsample: 100%|##| 100/100 [01:11<00:00, 1.4it/s]")
-    assert bench._elapsed(text, "sample") == (100, 71)
-    assert bench._elapsed(text, "warmup") == (100, 40)
-    assert bench._elapsed("no bar here", "sample") is None
+    text = ("WARNING:jax._src.dispatch:Finished tracing + transforming jit(f) for pjit in 0.5 sec\n"
+            "WARNING:jax._src.interpreters.pxla:Finished jaxpr to MLIR module conversion "
+            "jit(f) in 0.25 sec\n"
+            "WARNING:jax._src.dispatch:Finished XLA compilation of jit(_fori_collect_loop) in "
+            "12.0 sec\nsample: 100%|##| 100/100 [01:11<00:00, 1.4it/s]\nfitted in 80.0 s")
+    assert bench.compile_seconds(text) == pytest.approx(12.75)
+    assert bench.compile_seconds("no log here") == 0.0
+
+
+def test_a_point_fit_s_sweeps_are_read_off_its_bar(load_experiment):
+    """A fit that converged early ran fewer sweeps than it was allowed: the cost per sweep is
+    over those it ran (tqdm draws bars with carriage returns)."""
+    bench = load_experiment("bench_scaling")
+    text = "CAVI:  10%|#| 20/200 [00:01<00:09]\rCAVI:  37%|###| 74/200 [00:03<00:05, ELBO=-3.2]"
+    assert bench._sweeps_run(text, 200) == 74
+    assert bench._sweeps_run("MCEM: 100%|##| 10/10 [00:04<00:00]", 99) == 10
+    assert bench._sweeps_run("no bar", 200) == 200
 
 
 @pytest.mark.parametrize("argv, phrase", [(["--sweeps", "2"], "--sweeps"), (["--only", "nope"], "unknown")])
