@@ -30,6 +30,8 @@ __all__ = [
     "precision_solve",
     "mvn_from_precision",
     "gaussian_draw",
+    "shared_gram_moments",
+    "shared_gram_draw",
     "gaussian_block",
     "diag_embed",
     "cov_from_tril",
@@ -75,6 +77,41 @@ def gaussian_draw(key, P, b):
     if P.ndim == 2:
         return mean + eps @ factor  # rows: (L^{-T} e)ᵀ = eᵀ L^{-1}
     return mean + small_linalg.solve_upper(factor, eps)
+
+
+def shared_gram_moments(a, G, lam, b):
+    """Rows whose precisions share one Gram matrix: ``P_r = diag(a) + lam_r G``.
+
+    The case of a regression's loadings, row by row: every output row r has the same prior
+    precision ``a`` (F,) and the same features (Gram ``G`` (F, F)), scaled by its own noise
+    precision ``lam_r``. One eigendecomposition ``a^{-1/2} G a^{-1/2} = U diag(e) Uᵀ``
+    diagonalises them all: ``P_r = S U diag(1 + lam_r e) Uᵀ S`` with ``S = diag(a^{1/2})``, so
+    ``P_r^{-1} = S^{-1} U diag(1 / (1 + lam_r e)) Uᵀ S^{-1}``. That costs one F x F
+    decomposition and O(R F²) for R rows, where factoring each row's precision costs O(R F³).
+
+    Args: ``a`` (..., F) > 0; ``G`` (..., F, F) positive semi-definite; ``lam`` (..., R) >= 0;
+    ``b`` (..., R, F) linear terms. Leading axes batch independent groups (mixture components).
+
+    Returns ``(mean, basis, weights)``: ``mean = P_r^{-1} b_r`` (..., R, F); ``basis`` =
+    ``S^{-1} U`` (..., F, F) and ``weights = 1 + lam_r e`` (..., R, F), so that the covariance
+    of row r is ``basis diag(1 / weights_r) basisᵀ``.
+    """
+    s = jnp.sqrt(a)
+    M = G / (s[..., :, None] * s[..., None, :])
+    e, U = jnp.linalg.eigh(M)
+    e = jnp.maximum(e, 0.0)  # positive semi-definite; round-off can leave -1e-16
+    weights = 1.0 + lam[..., :, None] * e[..., None, :]
+    basis = U / s[..., :, None]
+    coef = jnp.einsum("...fg,...rf->...rg", basis, b) / weights  # Uᵀ S^{-1} b_r / w_r
+    return jnp.einsum("...fg,...rg->...rf", basis, coef), basis, weights
+
+
+def shared_gram_draw(key, a, G, lam, b):
+    """One draw per row from ``N(P_r^{-1} b_r, P_r^{-1})``, ``P_r = diag(a) + lam_r G``
+    (shapes as in :func:`shared_gram_moments`): ``mean_r + S^{-1} U (eps / sqrt(w_r))``."""
+    mean, basis, weights = shared_gram_moments(a, G, lam, b)
+    eps = jax.random.normal(key, b.shape, dtype=b.dtype)
+    return mean + jnp.einsum("...fg,...rg->...rf", basis, eps / jnp.sqrt(weights))
 
 
 def gaussian_block(P, b):

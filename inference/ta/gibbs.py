@@ -56,7 +56,13 @@ from latentzoo.models.tensor_analyzer import contract, kron_rows
 
 from latentzoo.inference import small_linalg
 from latentzoo.inference.conjugate import dirichlet_categorical_posterior
-from latentzoo.inference.gaussian import LOG_2PI, diag_embed, gaussian_draw, mvn_from_precision
+from latentzoo.inference.gaussian import (
+    LOG_2PI,
+    diag_embed,
+    gaussian_draw,
+    mvn_from_precision,
+    shared_gram_draw,
+)
 from latentzoo.inference.tempering import temperature
 from latentzoo.inference.updates import GibbsUpdate, prior_params, unwrap
 
@@ -74,6 +80,7 @@ __all__ = [
     "label_group_logits",
     "label_group_log_prob",
     "loadings_natural",
+    "rows_share_prior_precision",
     "loadings_log_prob",
 ]
 
@@ -293,8 +300,10 @@ def _loadings_prior(values, priors):
     return mean, 1.0 / scale**2
 
 
-def loadings_natural(values, obs, priors):
-    """P (C, D, F, F) and h (C, D, F) of each row of B_k = [W_k, T_k(1), mu_k], F = P + Q + 1."""
+def _loadings_terms(values, obs, priors):
+    """The pieces of every row's precision and linear term: prior precisions p0 (C, D, F),
+    Gram matrices FtF (C, F, F), tempered noise precisions lam (C, D) and h (C, D, F), with
+    P_kd = diag(p0_kd) + lam_kd FtF_k."""
     X = obs["X"]
     _, _, _, Psi, c = components(values)
     C = Psi.shape[0]
@@ -304,9 +313,25 @@ def loadings_natural(values, obs, priors):
     lam = temperature(priors["X"]) / Psi  # (C, D) noise precision, tempered
     FtF = jnp.einsum("nc,nf,ng->cfg", R, f, f)
     XtF = jnp.einsum("nc,nd,nf->cdf", R, X, f)
-    P = FtF[:, None] * lam[..., None, None] + diag_embed(p0)
     h = XtF * lam[..., None] + m0 * p0
-    return P, h
+    return p0, FtF, lam, h
+
+
+def loadings_natural(values, obs, priors):
+    """P (C, D, F, F) and h (C, D, F) of each row of B_k = [W_k, T_k(1), mu_k], F = P + Q + 1."""
+    p0, FtF, lam, h = _loadings_terms(values, obs, priors)
+    return FtF[:, None] * lam[..., None, None] + diag_embed(p0), h
+
+
+def rows_share_prior_precision(values, priors) -> bool:
+    """Whether the prior scales of W, T and mu are the same for every output row d (their
+    parameters have no D axis, or one of length 1): decided from shapes, before tracing."""
+    J = len(_groups(values))
+    for name, trailing in (("W", 1), ("T", J), ("mu", 0)):
+        shape = jnp.shape(unwrap(priors[name]).scale)
+        if len(shape) > trailing and shape[-trailing - 1] != 1:
+            return False
+    return True
 
 
 def _split_loadings(B, values):
@@ -326,7 +351,14 @@ def _join_loadings(values):
 
 
 def _loadings_draw(key, values, obs, priors):
-    return _split_loadings(gaussian_draw(key, *loadings_natural(values, obs, priors)), values)
+    """The joint row draw. With the same prior precision on every row (the model's default),
+    all D rows of component k share one Gram matrix, and one eigendecomposition per component
+    replaces D Cholesky factorisations of F x F (F = P + Q + 1 = 121 at d = (10, 10)):
+    :func:`~latentzoo.inference.gaussian.shared_gram_draw`, the same law."""
+    if not rows_share_prior_precision(values, priors):
+        return _split_loadings(gaussian_draw(key, *loadings_natural(values, obs, priors)), values)
+    p0, FtF, lam, h = _loadings_terms(values, obs, priors)
+    return _split_loadings(shared_gram_draw(key, p0[:, 0], FtF, lam, h), values)
 
 
 def loadings_log_prob(values, obs, priors):
