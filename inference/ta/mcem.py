@@ -39,7 +39,8 @@ the features drawn jointly with that label; :math:`\pi_k = N_k / N` with
 exactly (fewer rows than features, or one coordinate explained perfectly) sends its
 :math:`\Psi_{kd} \to 0` and the likelihood to infinity, and the next E-step's conditionals would
 divide by zero. So :math:`\Psi` is floored at ``psi_floor`` times each coordinate's data variance
-(1e-6: far below any noise level worth modelling, so it never binds on a well-posed fit), and
+(1e-6: far below any noise level worth modelling, so it never binds on a well-posed fit; a
+constant coordinate, whose variance is 0, at 1e-6 times the mean variance), and
 :math:`\pi` at 1e-12 (a component with no draws keeps a finite log prior). A component with no
 draws at all keeps its previous W, T, mu, Psi (the Monte Carlo objective does not involve them).
 G gets a ridge of 1e-10 of its mean diagonal: round-off insurance when a component has fewer
@@ -126,7 +127,12 @@ def _component_fit(F, w, X, S, floor):
 
 
 def _floor(X, psi_floor):
-    return psi_floor * jnp.var(X, axis=0) + 1e-300
+    """``psi_floor`` times each coordinate's variance; a constant coordinate (variance 0: image
+    borders, dead genes) is floored at ``psi_floor`` times the mean variance instead (1 when
+    every coordinate is constant), so its Psi stays positive and the likelihood finite."""
+    var = jnp.var(X, axis=0)
+    typical = jnp.where(jnp.any(var > 0), jnp.mean(var), 1.0)
+    return psi_floor * jnp.where(var > 0, var, typical)
 
 
 def ta_m_step(samples, X, params, *, psi_floor: float = PSI_FLOOR) -> dict:

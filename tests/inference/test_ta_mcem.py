@@ -142,6 +142,12 @@ def test_mta_m_step_keeps_an_empty_component_and_floors_psi():
     Psi = ta_m_step(one, X_exact, ta_params)["Psi"]
     np.testing.assert_allclose(Psi[0], PSI_FLOOR * jnp.var(X_exact[:, 0]), rtol=1e-6)
     assert float(Psi[1]) > 100 * PSI_FLOOR * float(jnp.var(X_exact[:, 1]))
+    # a constant coordinate (an image border, a dead gene) has variance 0: its floor is the
+    # floor of the mean variance, so Psi stays positive and the log-likelihood finite
+    X_const = X.at[:, 0].set(3.0)
+    Psi = ta_m_step(one, X_const, ta_params)["Psi"]
+    np.testing.assert_allclose(Psi[0], PSI_FLOOR * float(jnp.mean(jnp.var(X_const, 0))), rtol=1e-6)
+    assert np.isfinite(float(expected_complete_loglik(one, X_const, {**ta_params, "Psi": Psi})))
 
 
 def test_log_likelihood_estimate_is_exact_for_one_group():
