@@ -151,6 +151,11 @@ class FamilyChecks(NamedTuple):
         sized_model_kwargs: ``(N, D) -> model_kwargs`` at N rows and D columns (images: N
             images of D x D pixels), so the program-size test can lower a sweep at two sizes and
             show that the compiled program does not grow with the data.
+        edge_model_kwargs: model_kwargs at shapes that put every axis at its edge where the model
+            allows it (one row, one column, K = 1, a mixture component with no rows; images:
+            several channels, non-square): every update's conditional is checked there too,
+            since a count or a broadcast over the wrong axis agrees with the joint at the
+            default shapes and not at these.
     """
 
     model_kwargs: dict
@@ -164,6 +169,7 @@ class FamilyChecks(NamedTuple):
     informative_warmup: int = 50
     data_sites: str | tuple[str, ...] = "X"
     sized_model_kwargs: Callable | None = None
+    edge_model_kwargs: tuple[dict, ...] = ()
 
 
 class Family(NamedTuple):

@@ -207,6 +207,9 @@ CFA_CHECKS = FamilyChecks(
     informative_warmup=100,
     sized_model_kwargs=lambda N, D: dict(K=2, atom_shape=(2, 2), N=N, image_shape=(3, D, D + 1),
                                          priors=CFA_CHECK_PRIORS),
+    # three channels on non-square images; one image, one element, 1 x 1 atoms
+    edge_model_kwargs=(dict(K=2, atom_shape=(2, 2), N=3, image_shape=(3, 4, 5), priors=CFA_CHECK_PRIORS),
+                       dict(K=1, atom_shape=(1, 1), N=1, image_shape=(1, 2, 3), priors=CFA_CHECK_PRIORS)),
 )
 
 CFA = register(

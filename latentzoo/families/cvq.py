@@ -122,6 +122,7 @@ CVQ_CHECKS = FamilyChecks(
     random_priors=_cvq_random_priors,
     informative_model_kwargs=dict(N=60, D=4, K=2),
     sized_model_kwargs=lambda N, D: dict(N=N, D=D, K=2),
+    edge_model_kwargs=(dict(N=1, D=1, K=1),),
 )
 
 CVQ = register(

@@ -314,6 +314,7 @@ FA_CHECKS = FamilyChecks(
     # K = 1: the scale move's orbit is one-dimensional; N < D skews its target (Jacobian c^(D-N))
     orbit_model_kwargs=dict(N=3, D=6, K=1),
     sized_model_kwargs=lambda N, D: {**_fa_small(), "N": N, "D": D},
+    edge_model_kwargs=({**_fa_small(), "N": 1, "D": 1, "K": 1},),
     informative_model_kwargs=_fa_informative(),
 )
 

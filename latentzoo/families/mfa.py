@@ -122,6 +122,8 @@ MFA_CHECKS = FamilyChecks(
     random_priors=_mfa_random_priors,
     informative_model_kwargs=dict(N=60, D=3, K=1, J=2, priors={"mu": _tight_mu()}),
     sized_model_kwargs=lambda N, D: dict(N=N, D=D, K=1, J=2, priors={"mu": _tight_mu()}),
+    # one row: at least one component has none
+    edge_model_kwargs=(dict(N=1, D=1, K=1, J=2, priors={"mu": _tight_mu()}),),
 )
 
 MFA = register(

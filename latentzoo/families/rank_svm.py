@@ -168,6 +168,8 @@ RANK_SVM_CHECKS = FamilyChecks(
     orbit_model_kwargs=_checks_design(6, 3, K=1, Phi_tilde_shape=5.0),
     informative_model_kwargs=_checks_design(30, 4),
     sized_model_kwargs=_checks_design,
+    # two rows (one per class), one feature (tied: every pair of the grouped ties), K = 1, T = 1
+    edge_model_kwargs=(_checks_design(2, 1, K=1, T=1),),
     informative_warmup=100,
     data_sites=("rank_margin", "svm_margin"),
 )

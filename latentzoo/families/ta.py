@@ -165,6 +165,7 @@ TA_CHECKS = FamilyChecks(
     random_priors=_random_priors,
     informative_model_kwargs=dict(N=60, D=3, d=(2, 2), priors=_check_priors()),
     sized_model_kwargs=lambda N, D: dict(N=N, D=D, d=(2, 2), priors=_check_priors()),
+    edge_model_kwargs=(dict(N=1, D=1, d=(1, 1), priors=_check_priors()),),
     # at 60 rows the groups and loadings trade off slowly: 50 sweeps leave ranks of mean_x and
     # sum W^2 non-uniform (p ~ 1e-3), 300 sweeps (thinning 12) give p > 0.08
     informative_warmup=300,
@@ -187,6 +188,7 @@ MTA_CHECKS = FamilyChecks(
     random_priors=_random_priors,
     informative_model_kwargs=dict(N=60, D=2, d=(1, 2), C=2, priors=_check_priors()),
     sized_model_kwargs=lambda N, D: dict(N=N, D=D, d=(1, 2), C=2, priors=_check_priors()),
+    edge_model_kwargs=(dict(N=1, D=1, d=(1, 1), C=2, priors=_check_priors()),),
     # labels move between components slowly at 60 rows: 300 sweeps (p > 0.02), not 50 (1e-7)
     informative_warmup=300,
     orbit_model_kwargs=dict(N=3, D=3, d=(1, 1), C=1, priors=_orbit_priors()),

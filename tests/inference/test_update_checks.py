@@ -84,17 +84,23 @@ def test_move_samples_the_exact_target_on_its_orbit(family, move, seed):
     assert result.passed, (result.z_scores, result.exact_moments, result.chain_moments)
 
 
-# Every axis at a size of its own: three channels, a non-square image, K = 2 against 3 images.
-# A count over the wrong axes (the noise precision's Gamma shape counting H·W pixels instead of
-# C·H·W values) agrees with the joint on one-channel square images and fails here (measured:
-# error O(1) against 1e-8).
-EVERY_AXIS = [c for c in _cases(GibbsUpdate) if c.values[0].name == "cfa"]
+# Every axis at its edge (FamilyChecks.edge_model_kwargs): one row, one column, K = 1, a mixture
+# component with no rows; images with three channels, non-square, and a single 1 x 1 atom. A count
+# over the wrong axes (cfa's noise precision Gamma shape counting H·W pixels instead of C·H·W
+# values) agrees with the joint on one-channel square images and fails here (measured: error O(1)
+# against 1e-8); so does a sum that drops a size-1 axis by squeezing it.
+EDGE_CASES = [pytest.param(c.values[0], c.values[1], i, id=f"{c.id}@edge{i}")
+              for c in _cases(GibbsUpdate) for i in range(len(c.values[0].checks.edge_model_kwargs))]
 
 
-@pytest.mark.parametrize("family, update", EVERY_AXIS)
-def test_conditional_matches_joint_on_multichannel_non_square_images(family, update):
-    priors = [_kwargs(family, 0)["priors"]]
-    kw = family.checks.sized_model_kwargs(3, 4)  # (3, 4, 5) images
+def test_every_family_with_a_table_declares_edge_shapes():
+    assert [f.name for f in FAMILIES if not f.checks.edge_model_kwargs] == []
+
+
+@pytest.mark.parametrize("family, update, edge", EDGE_CASES)
+def test_conditional_matches_joint_at_the_edge_shapes(family, update, edge):
+    kw = family.checks.edge_model_kwargs[edge]
+    priors = [{**kw.get("priors", {}), **_kwargs(family, 0)["priors"]}]
     err = check_conditional(family.model, update, kw, jax.random.PRNGKey(3), priors_list=priors,
                             data_site=family.checks.data_sites)
     assert err < 1e-8, (update.name, err)
