@@ -14,6 +14,13 @@ that does not grow with D K). ``peak_mem_bytes`` includes the initialisation (QR
 Gaussian matrix); ``peak_mem_steady_bytes`` is the peak after the first chunk (state plus one
 chunk in flight). The data are 64-byte aligned, so chunks are read in place.
 
+Streaming bound: a batch step must at least read and write every D-sized array of the fit's
+state once and read the batch twice (the step's two passes over feature blocks), so
+``bytes_per_step = 2 * state_bytes + 2 * batch * D * itemsize``. With the machine's memory
+bandwidth measured in the same run (a NumPy copy of 512 MB, read + write, best of 5) the bound
+is ``bandwidth / bytes_per_step * batch`` observations/s; ``fraction_of_bound`` is the measured
+throughput over it. Targets: >= 200 obs/s on the 2-core CPU and >= 25 % of the bound.
+
 Accuracy: relative Frobenius covariance error of the default EM divided by scikit-learn's
 ``FactorAnalysis(svd_method="randomized")`` on Algorithm 3 data (mean over seeds), and the
 wall-time ratio (compiled steady state; the first-call time including compilation is
@@ -107,15 +114,39 @@ def throughput_child(D, K, n_rows, batch):
     dt = time.perf_counter() - t0
     peak_steady = _rss_kb("VmHWM")
     peak = max(peak_init, peak_steady)
+    state_bytes = sum(int(a.nbytes) for a in jax.tree.leaves(m._state)
+                      if hasattr(a, "shape") and D in a.shape)
     F = m.components_
     ok = bool(np.all(np.isfinite(F)))
     print(json.dumps({
+        "state_bytes": state_bytes,
         "obs_per_s": (n_rows - batch) / dt,
         "first_call_s": jax_first,
         "peak_mem_bytes": (peak - base) * 1024,
         "peak_mem_steady_bytes": (peak_steady - base) * 1024,
         "finite": ok,
     }))
+
+
+def copy_bandwidth(nbytes: int = 512 * 2**20, repeats: int = 5) -> float:
+    """Bytes/s of a NumPy copy (read + write: 2 x nbytes per copy), best of ``repeats``."""
+    src = np.ones(nbytes // 4, np.float32)
+    dst = np.empty_like(src)
+    best = np.inf
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        np.copyto(dst, src)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * nbytes / best
+
+
+def streaming_bound(res: dict, bandwidth: float) -> dict:
+    """Bytes a batch step moves at the least, the throughput bound they set at ``bandwidth``,
+    and the fraction of it reached (see the module's "Streaming bound")."""
+    step = 2 * res["state_bytes"] + 2 * res["batch_size"] * res["D"] * 4
+    bound = bandwidth / step * res["batch_size"]
+    return {"bandwidth_bytes_per_s": bandwidth, "bytes_per_step": step,
+            "bound_obs_per_s": bound, "fraction_of_bound": res["obs_per_s"] / bound}
 
 
 def thesis_numpy_throughput(D, K, n_rows, seed=0, warmup=None):
@@ -226,6 +257,7 @@ def main(argv=None):
     res["D"], res["K"], res["batch_size"] = D, K, batch
     res["mem_target_bytes"] = 4 * D * K * 4
     res["speedup_vs_thesis"] = res["obs_per_s"] / res["thesis_obs_per_s"]
+    res.update(streaming_bound(res, copy_bandwidth()))
     print(json.dumps(res), flush=True)
     seeds = list(range(a.seeds)) if a.seeds else ([0, 1] if a.quick else [0, 1, 2, 3, 4])
     T = 2000 if a.quick else 10**4
@@ -238,6 +270,10 @@ def main(argv=None):
     print()
     print(f"{'metric':28s} {'value':>14s} {'target':>14s}")
     print(f"{'obs_per_s':28s} {res['obs_per_s']:14.1f} {'>= 200':>14s}")
+    print(f"{'bytes_per_step (least)':28s} {res['bytes_per_step']:14.3e} {'':>14s}")
+    print(f"{'copy bandwidth (bytes/s)':28s} {res['bandwidth_bytes_per_s']:14.3e} {'':>14s}")
+    print(f"{'bound_obs_per_s':28s} {res['bound_obs_per_s']:14.1f} {'':>14s}")
+    print(f"{'fraction_of_bound':28s} {res['fraction_of_bound']:14.3f} {'>= 0.25':>14s}")
     print(f"{'thesis_obs_per_s (numpy)':28s} {res['thesis_obs_per_s']:14.2f} {'':>14s}")
     print(f"{'peak_mem_bytes':28s} {res['peak_mem_bytes']:14.3e} {res['mem_target_bytes']:14.3e}")
     print(f"{'  of which steady state':28s} {res['peak_mem_steady_bytes']:14.3e} {'':>14s}")

@@ -464,6 +464,23 @@ def _compilation_cache(folder: str):
         jax.config.update("jax_compilation_cache_dir", None)
 
 
+def _check_memory(data, cfg, method) -> None:
+    """Refuse, before compiling, a fit whose least memory (:mod:`latentzoo.memory`) is more
+    than the machine has available."""
+    import numpy as np
+
+    from latentzoo.memory import check_fits, run_floor_bytes
+
+    X = data[0] if isinstance(data, tuple) else data
+    shape = np.shape(X)
+    rows, per_row = shape[0], int(np.prod(shape[1:]))
+    chains = cfg.chains if method.kind == "draws" else 1
+    need = run_floor_bytes(rows, per_row, cfg.K, chains)
+    dims = " x ".join(str(n) for n in shape)
+    check_fits(need, f"A {method.name} fit of {dims} data with K = {cfg.K} and {chains} "
+                     f"chain{'s' if chains > 1 else ''}")
+
+
 def _cmd_run(args) -> int:
     from latentzoo import arviz_adapter as azx
     from latentzoo.checkpoint import CHECKPOINT
@@ -489,6 +506,7 @@ def _cmd_run(args) -> int:
         data = None
     else:
         data = load_data(args, family, cfg)
+        _check_memory(data, cfg, method)
     ck = None if method.streaming else os.path.join(out, CHECKPOINT)
     created = not os.path.isdir(out)
     if ck is not None:

@@ -74,6 +74,7 @@ def load_array(path: str, *, names=("X",), exts=(".csv", ".txt", ".npy", ".npz")
         raise ValueError(f"Data file {path} must be one of {', '.join(exts)}.")
     try:
         if ext == ".npy":
+            _check_file_fits(path)
             return _np_load(path)
         if ext == ".npz":
             with _np_load(path) as z:
@@ -92,6 +93,19 @@ def load_array(path: str, *, names=("X",), exts=(".csv", ".txt", ".npy", ".npz")
         raise
     except Exception as err:  # corrupt binary files raise many different things
         raise ValueError(f"Data file {path} could not be read ({type(err).__name__}).") from None
+
+
+def _check_file_fits(path: str) -> None:
+    """A ``.npy`` file too large for the memory available is refused from its header, before
+    it is read (it is held as float64)."""
+    from latentzoo.memory import RUNTIME_BYTES, check_fits
+
+    try:
+        header = np.load(path, mmap_mode="r", allow_pickle=False)
+    except Exception:  # noqa: BLE001 (unreadable: _np_load says so in one sentence)
+        return
+    shape = " x ".join(str(n) for n in header.shape)
+    check_fits(RUNTIME_BYTES + 8 * int(header.size), f"Data file {path} ({shape} values)")
 
 
 def _np_load(path: str):

@@ -358,3 +358,38 @@ def test_a_fit_that_diverges_is_one_sentence(tmp_path, capsys, monkeypatch):
     out = tmp_path / "out"
     code = main(["run", "fa", "--method", "em", "--no-progress", "--out", str(out)])
     _assert_user_error(code, capsys, "nothing was written", out, tmp_path)
+
+
+def _sparse_npy(name, shape):
+    """A .npy of ``shape`` float32 values whose file is sparse (its header and a hole)."""
+    def make(d):
+        p = d / name
+        np.lib.format.open_memmap(p, mode="w+", dtype=np.float32, shape=shape).flush()
+        return str(p)
+
+    return make
+
+
+def test_a_file_larger_than_memory_is_refused_from_its_header(tmp_path, capsys):
+    """10^5 x 10^5 values (75 GB as float64) on a machine with less: one sentence naming the
+    size, before the file is read or anything compiled."""
+    out = tmp_path / "out"
+    code = main(["run", "fa", "--data", _sparse_npy("huge.npy", (100_000, 100_000))(tmp_path),
+                 "--no-progress", "--out", str(out)])
+    _assert_user_error(code, capsys, "100000 x 100000 values", out, tmp_path)
+
+
+@pytest.mark.parametrize("model", sorted(families()))
+def test_a_fit_larger_than_memory_is_refused_before_compiling(model, monkeypatch, tmp_path, capsys):
+    """Every family, its default data, under a memory cap below the JAX runtime's own floor."""
+    monkeypatch.setenv("LATENTZOO_MEMORY_LIMIT", "100M")
+    out = tmp_path / "out"
+    code = main(["run", model, "--quick", "--no-progress", "--out", str(out)])
+    _assert_user_error(code, capsys, "needs at least", out, tmp_path)
+
+
+def test_a_bad_memory_cap_is_one_sentence(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("LATENTZOO_MEMORY_LIMIT", "lots")
+    out = tmp_path / "out"
+    code = main(["run", "fa", "--quick", "--no-progress", "--out", str(out)])
+    _assert_user_error(code, capsys, "LATENTZOO_MEMORY_LIMIT", out, tmp_path)
