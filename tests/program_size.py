@@ -56,3 +56,15 @@ def gibbs_sweep_size(model, table, model_kwargs, data, init_values=None) -> Prog
     kernel = ConjugateGibbs(partial(model, **static), table)
     state = kernel.init(jax.random.PRNGKey(0), 1, init_values, (data,), tables)
     return program_size(lambda s, a, t: kernel.sample(s, a, t), state, (data,), tables)
+
+
+def cavi_sweep_size(driver, data, model_kwargs) -> ProgramSize:
+    """The size of one coordinate-ascent sweep of ``driver`` (a
+    :class:`~latentzoo.inference.cavi.CAVI`) on ``data``, lowered as the driver compiles it: the
+    data and the array-valued keyword arguments traced, the rest bound."""
+    from latentzoo.models.tables import split_tables
+
+    static, tables = split_tables(model_kwargs)
+    algo = driver.algorithm
+    params = algo.init(jax.random.PRNGKey(0), data, **model_kwargs)
+    return program_size(lambda p, t, x: algo.update(p, x, **static, **t), params, tables, data)

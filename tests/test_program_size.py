@@ -14,7 +14,7 @@ import pytest
 
 from latentzoo.inference.checks import simulate
 from latentzoo.registry import families
-from tests.program_size import gibbs_sweep_size, program_size
+from tests.program_size import cavi_sweep_size, gibbs_sweep_size, program_size
 
 SIZED = [f for f in families().values() if f.checks and f.checks.gibbs_table and f.checks.sized_model_kwargs]
 BASE = (6, 5)
@@ -36,6 +36,24 @@ def _sweep_size(family, N, D):
 def test_sweep_program_does_not_grow_with_the_data(family):
     small = _sweep_size(family, *BASE)
     large = _sweep_size(family, 4 * BASE[0], 4 * BASE[1])
+    assert large.chars < MAX_GROWTH * small.chars, (small, large)
+    assert large.largest_constant <= MAX_CONSTANT, large
+
+
+POINT = [f for f in families().values() if f.checks and f.checks.vb]
+
+
+@pytest.mark.parametrize("family", POINT, ids=lambda f: f.name)
+def test_point_fit_sweep_does_not_grow_with_the_data(family):
+    """The coordinate-ascent sweep (the CAVI driver's jitted update) on the family's check data
+    and on it tiled to 4x the rows and 4x the columns (the same kind of data: binary stays
+    binary): the same program, no literal table."""
+    import numpy as np
+
+    driver, X, kw = family.checks.vb()
+    X = np.asarray(X)
+    small = cavi_sweep_size(driver, X, kw)
+    large = cavi_sweep_size(driver, np.tile(X, (4, 4)), kw)
     assert large.chars < MAX_GROWTH * small.chars, (small, large)
     assert large.largest_constant <= MAX_CONSTANT, large
 
