@@ -140,13 +140,42 @@ def bench_cell(family, method, options, size, sweeps, folder):
             "peak_rss_gb": rss, "s_per_sweep_per_NDK": per / (N * D * K)}
 
 
+def markdown_table(rows) -> str:
+    """The cells as the Markdown table of ``docs/scaling.md``."""
+    out = ["| family | method | variant | size | K | compile s | s / sweep | peak RSS GB | "
+           "ns / (N·D·K) |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        opts = ",".join(str(v) for v in r["options"].values()) or "-"
+        size = " x ".join(map(str, r["size"]))
+        if "error" in r:
+            out.append(f"| {r['family']} | {r['method']} | {opts} | {size} | {r['K']} | "
+                       f"failed: {r['error']} | | | |")
+            continue
+        out.append(f"| {r['family']} | {r['method']} | {opts} | {size} | {r['K']} | "
+                   f"{r['compile_s']:.1f} | {r['s_per_sweep']:.3f} | {r['peak_rss_gb']:.2f} | "
+                   f"{1e9 * r['s_per_sweep_per_NDK']:.1f} |")
+    return "\n".join(out)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--only", default="", help="comma-separated families to keep (default: all)")
     p.add_argument("--sweeps", type=int, default=200,
                    help="sweeps per run (MCMC: half warm-up, half draws)")
     p.add_argument("--json", default=os.path.join("runs", "bench_scaling.json"))
+    p.add_argument("--markdown", metavar="JSON",
+                   help="print the cells of an earlier run's JSON file as a Markdown table")
     args = p.parse_args(argv)
+    if args.markdown:
+        import json
+
+        try:
+            with open(args.markdown, encoding="utf-8") as fh:
+                rows = json.load(fh)["cells"]
+        except (OSError, ValueError, KeyError):
+            usage_error(SCRIPT, f"{args.markdown} is not a JSON file written by {SCRIPT}.")
+        print(markdown_table(rows))
+        return
     if args.sweeps < 4:
         usage_error(SCRIPT, f"--sweeps must be at least 4, got {args.sweeps}.")
     keep = {f for f in args.only.split(",") if f}

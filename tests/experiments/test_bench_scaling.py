@@ -45,3 +45,17 @@ def test_bad_arguments_are_one_sentence(load_experiment, argv, phrase, capsys):
         bench.main(argv)
     err = capsys.readouterr().err.strip()
     assert exc.value.code == 2 and phrase in err and "\n" not in err
+
+
+def test_the_quick_budget_covers_every_family_and_method(load_experiment, capsys):
+    """``bench_quick.py`` times every (family, command-line method) the registry has; an unknown
+    family is one sentence."""
+    from latentzoo.registry import families
+
+    quick = load_experiment("bench_quick")
+    want = {(f.name, m) for f in families().values() for m in f.cli_methods}
+    assert set(quick.cells()) == want and len(want) >= 20
+    with pytest.raises(SystemExit) as exc:
+        quick.main(["--only", "nope"])
+    err = capsys.readouterr().err.strip()
+    assert exc.value.code == 2 and "unknown" in err and "\n" not in err
