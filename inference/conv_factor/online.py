@@ -32,6 +32,7 @@ conditions; the first step (t = 0) with :math:`\tau_0 = 1` replaces the start co
 
 from __future__ import annotations
 
+import sys
 from typing import NamedTuple
 
 import jax
@@ -275,14 +276,24 @@ class OnlineConvFactor:
         self.n_seen += X.shape[0]
         return self
 
-    def fit(self, X, *, batch_size: int = 10, epochs: int = 1) -> "OnlineConvFactor":
-        """Mini-batches of ``batch_size`` images in a random order, ``epochs`` times over X."""
+    def fit(self, X, *, batch_size: int = 10, epochs: int = 1,
+            progress: bool = False) -> "OnlineConvFactor":
+        """Mini-batches of ``batch_size`` images in a random order, ``epochs`` times over X;
+        ``progress``: a bar over the mini-batches (after a line saying XLA is compiling)."""
+        from tqdm.auto import tqdm
+
         X = self._check(X)
         rng = np.random.default_rng(self.seed)
-        for _ in range(epochs):
-            order = rng.permutation(len(X))
-            for lo in range(0, len(X), batch_size):
-                self.partial_fit(X[order[lo:lo + batch_size]])
+        steps = epochs * -(-len(X) // batch_size)
+        if progress:
+            print("compiling the online step for these sizes on the first mini-batch; its "
+                  "progress bar follows", file=sys.stderr, flush=True)
+        with tqdm(total=steps, unit="batch", desc="online cfa", disable=not progress) as bar:
+            for _ in range(epochs):
+                order = rng.permutation(len(X))
+                for lo in range(0, len(X), batch_size):
+                    self.partial_fit(X[order[lo:lo + batch_size]])
+                    bar.update(1)
         return self
 
     def _require(self):

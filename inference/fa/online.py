@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import numbers
+import sys
 
 import numpy as np
 
@@ -171,6 +172,11 @@ class OnlineFactorAnalysis:
         Seeds the initial factors (QR of a Gaussian matrix, thesis sec. 4.3).
     dtype : numpy dtype or None
         Computation dtype. None: float32 if the first batch is float32, else float64.
+    progress : bool
+        :meth:`fit` shows a progress bar over rows (streaming them in chunks of 64 batches,
+        which gives the same fit: chunk sizes are multiples of ``batch_size``), after a line
+        saying that XLA is compiling; Ctrl-C then stops it with ``KeyboardInterrupt`` between
+        chunks.
 
     Attributes
     ----------
@@ -199,6 +205,7 @@ class OnlineFactorAnalysis:
         block_size="auto",
         random_state=None,
         dtype=None,
+        progress=False,
     ):
         self.n_components = n_components
         self.method = method
@@ -215,6 +222,7 @@ class OnlineFactorAnalysis:
         self.block_size = block_size
         self.random_state = random_state
         self.dtype = dtype
+        self.progress = progress
 
     # ------------------------------------------------------------------ validation
     def _sa_start(self, n_features):
@@ -326,7 +334,18 @@ class OnlineFactorAnalysis:
         for attr in ("_state", "n_features_in_", "n_samples_seen_", "_cache"):
             if hasattr(self, attr):
                 delattr(self, attr)
-        return self.partial_fit(X)
+        if not self.progress or np.ndim(X) != 2:
+            return self.partial_fit(X)
+        from tqdm.auto import tqdm
+
+        print("compiling the streaming step for these sizes on the first chunk; its progress bar "
+              "follows", file=sys.stderr, flush=True)
+        step = 64 * int(self.batch_size)
+        with tqdm(total=len(X), unit="rows", desc="online FA") as bar:
+            for lo in range(0, len(X), step):
+                self.partial_fit(X[lo:lo + step])
+                bar.update(min(step, len(X) - lo))
+        return self
 
     def _run(self, state, X):
         n = X.shape[0]

@@ -180,6 +180,12 @@ def test_partial_fit_in_chunks_equals_fit_default(method):
     np.testing.assert_allclose(parts.noise_variance_, whole.noise_variance_, rtol=1e-10)
     np.testing.assert_allclose(parts.mean_, whole.mean_, rtol=1e-12)
     assert parts.n_samples_seen_ == whole.n_samples_seen_ == 1000
+    # fit with its progress bar streams chunks of 64 batches (1024 rows here: one chunk of 1000;
+    # batch_size 4 gives 256-row chunks): the same fit
+    shown = OnlineFactorAnalysis(2, **{**kw, "batch_size": 4}, progress=True).fit(X)
+    plain = OnlineFactorAnalysis(2, **{**kw, "batch_size": 4}).fit(X)
+    np.testing.assert_allclose(shown.components_, plain.components_, rtol=1e-10, atol=1e-12)
+    assert shown.n_samples_seen_ == 1000
 
 
 @pytest.mark.parametrize("method", ["em", "sga"])
