@@ -44,6 +44,15 @@ if _USE_CACHE:
         _usable = os.access(os.environ["JAX_COMPILATION_CACHE_DIR"], os.W_OK | os.X_OK)
     except OSError:
         _usable = False
+# XLA's CPU backend without LLVM's optimisation passes, for the test session and the interpreters
+# it starts: compiling is most of the suite's time, and the suite's programs run on a few rows,
+# where optimised code saves less than its optimisation costs (a cold tests/inference/
+# test_cvq_gibbs.py: 120 s with the default level, 77 s without). IEEE semantics are the same at
+# every level (XLA's CPU backend does not enable fast-math), so results agree to round-off.
+# LATENTZOO_TEST_XLA_OPT=1 keeps XLA's default.
+if os.environ.get("LATENTZOO_TEST_XLA_OPT") != "1" \
+        and "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
 if not _usable:
     # also keeps the CLI's own cache (in a run's checkpoint folder) off in the console scripts
     # the tests start: every test process compiles, none loads
