@@ -151,6 +151,7 @@ class FamilyChecks(NamedTuple):
         sized_model_kwargs: ``(N, D) -> model_kwargs`` at N rows and D columns (images: N
             images of D x D pixels), so the program-size test can lower a sweep at two sizes and
             show that the compiled program does not grow with the data.
+        geweke_seed: the PRNG seed of the registry-wide short Geweke run (and its broken twin).
         edge_model_kwargs: model_kwargs at shapes that put every axis at its edge where the model
             allows it (one row, one column, K = 1, a mixture component with no rows; images:
             several channels, non-square): every update's conditional is checked there too,
@@ -170,6 +171,7 @@ class FamilyChecks(NamedTuple):
     data_sites: str | tuple[str, ...] = "X"
     sized_model_kwargs: Callable | None = None
     edge_model_kwargs: tuple[dict, ...] = ()
+    geweke_seed: int = 11
 
 
 class Family(NamedTuple):

@@ -77,7 +77,8 @@ def _geweke(family, table):
     kernel = ConjugateGibbs(family.model, table)
     return geweke_test(
         family.model, kernel, family.checks.model_kwargs, family.checks.test_functions,
-        jax.random.PRNGKey(11), num_steps=3000, num_prior=4096, data_site=family.checks.data_sites,
+        jax.random.PRNGKey(family.checks.geweke_seed), num_steps=3000, num_prior=4096,
+        data_site=family.checks.data_sites,
     )
 
 

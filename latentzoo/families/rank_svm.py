@@ -170,6 +170,10 @@ RANK_SVM_CHECKS = FamilyChecks(
     sized_model_kwargs=_checks_design,
     # two rows (one per class), one feature (tied: every pair of the grouped ties), K = 1, T = 1
     edge_model_kwargs=(_checks_design(2, 1, K=1, T=1),),
+    # The shrinkage hierarchy's b_beta mixes slowly: at seed 11 a 3000-step chain sat in an
+    # excursion (log b_beta^2 z = -4.21 against 3.8) once XLA's round-off changed (the tests'
+    # optimisation level); seeds 12-16 pass (max |z| 3.37) and the broken twin fails at 12 (|z| 41).
+    geweke_seed=12,
     informative_warmup=100,
     data_sites=("rank_margin", "svm_margin"),
 )

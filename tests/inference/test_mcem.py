@@ -98,8 +98,9 @@ def test_mcem_climbs_to_the_maximum_likelihood(mcem_run, ml_loglik):
 def test_a_wrong_m_step_ends_measurably_worse(wrong, ml_loglik):
     res = make(wrong).run(jax.random.PRNGKey(0), 30, X, START, K=K, checkpoints=30,
                           progress_bar=False)
-    # measured: 149 nats (psi off by 1.5) and 109 nats (posterior variance dropped) below
-    assert res.loglik_trace[-1][1] < ml_loglik - 5.0
+    # measured: 149 nats (psi off by 1.5) and 109 nats (posterior variance dropped) below; the
+    # plug-in step can also collapse a noise variance to 0 (log-likelihood NaN), worse too
+    assert not res.loglik_trace[-1][1] >= ml_loglik - 5.0
 
 
 def test_run_continues_exactly_from_a_state():
