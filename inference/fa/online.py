@@ -175,8 +175,7 @@ class OnlineFactorAnalysis:
     progress : bool
         :meth:`fit` shows a progress bar over rows (streaming them in chunks of 64 batches,
         which gives the same fit: chunk sizes are multiples of ``batch_size``), after a line
-        saying that XLA is compiling; Ctrl-C then stops it with ``KeyboardInterrupt`` between
-        chunks.
+        saying that XLA is compiling.
 
     Attributes
     ----------
