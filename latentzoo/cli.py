@@ -129,19 +129,49 @@ def _signals_interrupt():
         yield lambda: None
         return
 
+    handled = threading.Event()
+
     def handler(signum, frame):
+        handled.set()
         raise Interrupted(signum)
 
     def disarm():
         for s in previous:
             signal.signal(s, signal.SIG_DFL)
 
+    # A watchdog for the stretches where the handler cannot run: a compilation that does not
+    # return to Python (NumPyro's NUTS under jax 0.12 did not for over a minute). The C-level
+    # handler writes each signal's number to a pipe; if the Python handler has not run 3 s later,
+    # the watchdog says so in the same sentence and ends the process (the checkpoint stays).
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    old_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+
+    def watchdog():
+        while True:
+            try:
+                data = os.read(read_fd, 1)
+            except OSError:
+                return
+            if not data:
+                return
+            if data[0] not in (signal.SIGINT, signal.SIGTERM) or handled.wait(3.0):
+                continue
+            name = signal.Signals(data[0]).name
+            print(f"latentzoo: interrupted ({name}) while XLA was compiling or running; nothing "
+                  "was written", file=sys.stderr, flush=True)
+            os._exit(128 + data[0])
+
+    threading.Thread(target=watchdog, daemon=True).start()
     previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield disarm
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
+        signal.set_wakeup_fd(old_fd)
+        os.close(write_fd)
+        os.close(read_fd)
 
 
 def main(argv=None) -> int:
