@@ -129,10 +129,9 @@ def _signals_interrupt():
         yield lambda: None
         return
 
-    handled = threading.Event()
+    done = threading.Event()
 
     def handler(signum, frame):
-        handled.set()
         raise Interrupted(signum)
 
     def disarm():
@@ -141,8 +140,10 @@ def _signals_interrupt():
 
     # A watchdog for the stretches where the handler cannot run: a compilation that does not
     # return to Python (NumPyro's NUTS under jax 0.12 did not for over a minute). The C-level
-    # handler writes each signal's number to a pipe; if the Python handler has not run 3 s later,
-    # the watchdog says so in the same sentence and ends the process (the checkpoint stays).
+    # handler writes each signal's number to a pipe; if the command has not unwound 4 s later
+    # (the handler did not run, or JAX swallowed its exception inside a compilation: seen on
+    # Python 3.13), the watchdog says so in the same sentence and ends the process (the
+    # checkpoint stays).
     read_fd, write_fd = os.pipe()
     os.set_blocking(write_fd, False)
     old_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
@@ -155,8 +156,10 @@ def _signals_interrupt():
                 return
             if not data:
                 return
-            if data[0] not in (signal.SIGINT, signal.SIGTERM) or handled.wait(3.0):
+            if data[0] not in (signal.SIGINT, signal.SIGTERM):
                 continue
+            if done.wait(4.0):  # the command unwound (the handler's exception was not lost)
+                return
             name = signal.Signals(data[0]).name
             print(f"latentzoo: interrupted ({name}) while XLA was compiling or running; nothing "
                   "was written", file=sys.stderr, flush=True)
@@ -167,6 +170,7 @@ def _signals_interrupt():
     try:
         yield disarm
     finally:
+        done.set()
         for s, h in previous.items():
             signal.signal(s, h)
         signal.set_wakeup_fd(old_fd)
