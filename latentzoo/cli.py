@@ -21,6 +21,7 @@ import signal
 import sys
 import threading
 import time
+import typing
 import warnings
 
 __all__ = ["main", "entry", "SentenceArgumentParser", "fail", "load_data", "scale_note", "QUICK", "FULL"]
@@ -117,24 +118,43 @@ class Interrupted(KeyboardInterrupt):
         self.signum = signum
 
 
+class _SignalGuard(typing.NamedTuple):
+    """What :func:`_signals_interrupt` hands a command.
+
+    ``check()`` raises :class:`Interrupted` for a signal whose exception was lost: Python's
+    handler raised it inside a callback whose exceptions are only printed ("Exception ignored in
+    _xla_gc_callback", seen with CVQ's VB after SIGINT), and the fit then ran to its end. A command
+    calls it before it writes. ``disarm()`` is called once the files are in place: from then on
+    either signal ends the process at once with the system's default action (the files are
+    complete, and an exception raised during the interpreter's shutdown would only print
+    "Exception ignored").
+    """
+
+    check: typing.Callable[[], None]
+    disarm: typing.Callable[[], None]
+
+
 @contextlib.contextmanager
 def _signals_interrupt():
-    """Turn SIGTERM (and SIGINT) into :class:`Interrupted` while a command runs (main thread).
-
-    Yields ``disarm()``, which a command calls once its files are in place: from then on either
-    signal ends the process at once with the system's default action (the files are complete, and
-    an exception raised during the interpreter's shutdown would only print "Exception ignored").
-    """
+    """Turn SIGTERM (and SIGINT) into :class:`Interrupted` while a command runs (main thread);
+    yields a :class:`_SignalGuard`."""
     if threading.current_thread() is not threading.main_thread():
-        yield lambda: None
+        yield _SignalGuard(lambda: None, lambda: None)
         return
 
     done = threading.Event()
+    received: list[int] = []
 
     def handler(signum, frame):
+        received.append(signum)
         raise Interrupted(signum)
 
+    def check():
+        if received:
+            raise Interrupted(received[0])
+
     def disarm():
+        received.clear()  # the files are complete: a lost signal from here on changes nothing
         for s in previous:
             signal.signal(s, signal.SIG_DFL)
 
@@ -168,7 +188,8 @@ def _signals_interrupt():
     threading.Thread(target=watchdog, daemon=True).start()
     previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        yield disarm
+        yield _SignalGuard(check, disarm)
+        check()  # a command that ran to its end over a lost signal still reports it
     finally:
         done.set()
         for s, h in previous.items():
@@ -181,8 +202,8 @@ def _signals_interrupt():
 def main(argv=None) -> int:
     args = _build_parser().parse_args(argv)
     try:
-        with _signals_interrupt() as disarm:
-            args.disarm_signals = disarm
+        with _signals_interrupt() as guard:
+            args.signals = guard
             return {"list": _cmd_list, "run": _cmd_run, "diagnose": _cmd_diagnose}[args.command](args)
     except ValueError as err:
         if os.environ.get("LATENTZOO_DEBUG"):
@@ -570,6 +591,7 @@ def _cmd_run(args) -> int:
             t0 = time.perf_counter()
             idata = method.run(data, cfg)
             seconds = time.perf_counter() - t0
+        getattr(args, "signals", None) and args.signals.check()  # before anything is written
         _check_finite(idata)
         data_name = os.path.basename(args.data) if args.data else "default data"
         if getattr(args, "labels", None):
@@ -579,7 +601,7 @@ def _cmd_run(args) -> int:
                                                                         sort_keys=True))
         table = write_run(out, idata, family=family, method=method, seconds=seconds,
                           data_name=data_name)
-        getattr(args, "disarm_signals", lambda: None)()  # the run's files are in place
+        getattr(args, "signals", None) and args.signals.disarm()  # the run's files are in place
     except KeyboardInterrupt:
         raise  # the checkpoint stays: --resume continues from it
     except BaseException:
