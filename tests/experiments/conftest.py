@@ -1,5 +1,6 @@
 import importlib.util
 import os
+import sys
 
 import pytest
 
@@ -10,6 +11,7 @@ def _load(name):
     """Import experiments/<name>.py as a module (the folder is scripts, not a package)."""
     spec = importlib.util.spec_from_file_location(name, os.path.abspath(os.path.join(_EXPERIMENTS, f"{name}.py")))
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # a script's dataclasses look their module up there
     spec.loader.exec_module(mod)
     return mod
 
