@@ -24,9 +24,12 @@ defaults in :mod:`latentzoo.predictive_checks`). A newly registered family works
 grey, downsampled 4x, scaled to [0, 1]). Bad input ends in one sentence and exit status 2, with
 nothing written.
 
-Writes into ``--out`` (default ``experiments/results/posterior_checks/<model>/``, or
-``<model>-<data>/`` with ``--data``), all files together through a staging folder:
-``checks.csv`` (one row per check and statistic), ``columns.csv`` (every per-column or per-pair
+Writes into ``--out`` (default ``runs/posterior_checks/<model>/`` under the current folder, or
+``<model>-<data>/`` with ``--data``; never into the repository's tracked results unless ``--out``
+names them), all files together through a staging folder:
+``checks.csv`` (one row per check and statistic; ``about`` names the column or pair the row's
+numbers are about, ``replicates`` the data sets behind its p-value; the check is ``plug-in``
+rather than ``posterior`` for a point fit), ``columns.csv`` (every per-column or per-pair
 p-value), ``results.json`` (the table, LOO and LOO-PIT summaries, sizes and timings; its size does
 not grow with D), ``prior_columns.png`` and ``ppc_columns.png`` (one panel per column: the 16
 columns with the most extreme p-values for the posterior check) and ``loo_pit.png``.
@@ -47,7 +50,8 @@ import pandas as pd
 from latentzoo.cli import SentenceArgumentParser, fail
 
 PROG = "posterior_checks"
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "posterior_checks")
+RESULTS = os.path.join("runs", "posterior_checks")  # relative to the current folder
+FEW_PIT_DRAWS = 100  # below this a LOO-PIT's histogram is too coarse to read calibration from
 SKLEARN = ("breast_cancer", "digits", "digits_binary", "sample_patches")
 QUICK = dict(chains=2, samples=100, warmup=100, replicates=50, pit_draws=40)
 FULL = dict(chains=4, samples=1000, warmup=500, replicates=200, pit_draws=100)
@@ -281,7 +285,7 @@ def parse(argv):
     ap.add_argument("--warmup", type=_positive_int)
     ap.add_argument("--replicates", type=_positive_int,
                     help="prior (and at least as many posterior) predictive data sets (200; --quick 50)")
-    ap.add_argument("--out", help="output folder (default experiments/results/posterior_checks/<model>)")
+    ap.add_argument("--out", help="output folder (default runs/posterior_checks/<model>)")
     return ap.parse_args(argv)
 
 
@@ -332,9 +336,11 @@ def run(args) -> int:
     t0 = time.perf_counter()
     post_X = posterior_replicates(family, idata, X.shape, sizes["replicates"], args.seed)
     posterior = pc.run_checks(X, post_X, statistics)
-    table = pd.concat([pc.check_table(prior, "prior"), pc.check_table(posterior, "posterior")],
+    # a point fit's replicates all come from its one estimate: a plug-in check, not a posterior one
+    post_check = "posterior" if method.kind == "draws" else "plug-in"
+    table = pd.concat([pc.check_table(prior, "prior"), pc.check_table(posterior, post_check)],
                       ignore_index=True)
-    columns = pd.concat([pc.column_table(prior, "prior"), pc.column_table(posterior, "posterior")],
+    columns = pd.concat([pc.column_table(prior, "prior"), pc.column_table(posterior, post_check)],
                         ignore_index=True)
 
     loo, skipped = loo_section(azx, idata, family, method)
@@ -372,16 +378,21 @@ def run(args) -> int:
         azp.plot_predictive_columns(X, prior_X, os.path.join(stage, "prior_columns.png"),
                                     title=f"{title}: prior predictive", label="prior replicate")
         azp.plot_predictive_columns(X, post_X, os.path.join(stage, "ppc_columns.png"), columns=shown,
-                                    title=f"{title}: posterior predictive (most extreme columns)",
+                                    title=f"{title}: {post_check} predictive (most extreme columns)",
                                     annotations=_annotations(posterior, shown))
         if pit is not None:
-            azp.plot_loo_pit(pit, os.path.join(stage, "loo_pit.png"), title=f"{title}: LOO-PIT")
+            few = "; too few to judge calibration" if pit_info["draws"] < FEW_PIT_DRAWS else ""
+            azp.plot_loo_pit(pit, os.path.join(stage, "loo_pit.png"),
+                             title=f"{title}: LOO-PIT ({pit_info['draws']} draws{few})")
         text = json.dumps(_json_safe(report), indent=1, allow_nan=False)
         atomic_write_text(os.path.join(stage, "results.json"), text + "\n")
 
-    print(f"\nprior predictive ({prior_X.shape[0]} data sets) and posterior predictive "
-          f"({post_X.shape[0]}) checks; p = P(T(x_rep) >= T(x_obs)), extreme: < {pc.EXTREME} "
-          f"or > {1 - pc.EXTREME}")
+    what = "posterior predictive" if post_check == "posterior" else \
+        "plug-in predictive (from the point estimate: blind to parameter uncertainty)"
+    print(f"\nprior predictive ({prior_X.shape[0]} data sets) and {what} ({post_X.shape[0]}) "
+          f"checks; p = P(T(x_rep) >= T(x_obs)) over the `replicates` data sets, extreme: "
+          f"< {pc.EXTREME} or > {1 - pc.EXTREME}; a vector statistic's observed value, "
+          "replicated mean and p are those of its worst value, named under `about`")
     print(pc.format_table(table))
     if skipped:
         print(f"\n{skipped}")
@@ -394,6 +405,10 @@ def run(args) -> int:
         print(f"LOO-PIT ({pit_info['draws']} draws): mean {pit_info['mean']:.3f} (uniform 0.5), "
               f"sd {pit_info['sd']:.3f} (0.289), outside [0.025, 0.975] "
               f"{pit_info['frac_outside_95']:.3f} (0.05), KS {pit_info['ks_distance']:.3f}")
+        if pit_info["draws"] < FEW_PIT_DRAWS:
+            print(f"  only {pit_info['draws']} draws: each PIT value moves in steps of about "
+                  f"1/{pit_info['draws']}, so the plot can look miscalibrated when the model is "
+                  f"not; use at least {FEW_PIT_DRAWS} draws (no --quick) before reading it")
     print(f"\nfit {t_fit:.1f} s, total {time.perf_counter() - t_start:.1f} s; wrote "
           f"{', '.join(files)} to {out}")
     return 0

@@ -20,7 +20,9 @@ sets, ties counted half (Gelman, Meng & Stern 1996; the half keeps a discrete st
 always tied, e.g. the frequency of a column that is never on, at p = 0.5 rather than 1). Values
 near 0 or 1 mean the model rarely replicates what was observed. :func:`check_table` summarises a
 vector statistic by the fraction of its values with an extreme p (< 0.05 or > 0.95) and its
-worst value; :func:`column_table` keeps the per-column p-values.
+worst value, named in the row's ``about`` column (the observed value, replicated mean and p of the
+row are that value's), with the number of replicated data sets behind each p-value;
+:func:`column_table` keeps the per-column p-values.
 """
 
 from __future__ import annotations
@@ -288,6 +290,7 @@ class StatisticResult(NamedTuple):
     replicated_mean: np.ndarray
     p_value: np.ndarray
     labels: list[str] | None = None
+    replicates: int = 0  # replicated data sets behind each p-value
 
 
 def run_checks(X_obs, X_rep, statistics: Mapping[str, Statistic]) -> list[StatisticResult]:
@@ -307,7 +310,7 @@ def run_checks(X_obs, X_rep, statistics: Mapping[str, Statistic]) -> list[Statis
         labels_of = getattr(fn, "labels", None)
         labels = labels_of(obs.shape[1]) if labels_of is not None and t_obs.ndim else None
         results.append(StatisticResult(name, t_obs, np.nanmean(t_rep, axis=0),
-                                       bayesian_p_value(t_rep, t_obs), labels))
+                                       bayesian_p_value(t_rep, t_obs), labels, int(rep.shape[0])))
     return results
 
 
@@ -316,27 +319,29 @@ def _label(result: StatisticResult, index: int) -> str:
 
 
 def check_table(results: list[StatisticResult], check: str = "posterior") -> pd.DataFrame:
-    """One row per statistic: ``check, statistic, observed, replicated_mean, p_value, n_values,
-    frac_extreme, worst``. A vector statistic shows its worst value (p farthest from 0.5: its
-    observed value, replicated mean and p) and the fraction of its values with an extreme p; a
-    scalar leaves ``frac_extreme`` and ``worst`` empty."""
+    """One row per statistic: ``check, statistic, about, observed, replicated_mean, p_value,
+    replicates, n_values, frac_extreme``. ``about`` names the value the row's numbers are about:
+    ``"whole data"`` for a scalar statistic; for a vector statistic its worst value (p farthest
+    from 0.5, e.g. ``"column 2"``), whose observed value, replicated mean and p the row shows, with
+    the fraction of all its values that have an extreme p. ``replicates``: the replicated data
+    sets behind each p-value (its resolution is 1 / replicates)."""
     rows = []
     for r in results:
         p = np.ravel(r.p_value)
-        row = dict(check=check, statistic=r.name)
+        row = dict(check=check, statistic=r.name, replicates=int(r.replicates))
         if np.ndim(r.observed) == 0:
             row.update(observed=float(r.observed), replicated_mean=float(r.replicated_mean),
-                       p_value=float(r.p_value), n_values=1, frac_extreme=np.nan, worst="")
+                       p_value=float(r.p_value), n_values=1, frac_extreme=np.nan, about="whole data")
         else:
             score = np.where(np.isnan(p), -1.0, np.abs(p - 0.5))
             k = int(np.argmax(score))
             extreme = np.mean((p < EXTREME) | (p > 1 - EXTREME))
             row.update(observed=float(np.ravel(r.observed)[k]),
                        replicated_mean=float(np.ravel(r.replicated_mean)[k]), p_value=float(p[k]),
-                       n_values=int(p.size), frac_extreme=float(extreme), worst=_label(r, k))
+                       n_values=int(p.size), frac_extreme=float(extreme), about=_label(r, k))
         rows.append(row)
-    return pd.DataFrame(rows, columns=["check", "statistic", "observed", "replicated_mean",
-                                       "p_value", "n_values", "frac_extreme", "worst"])
+    return pd.DataFrame(rows, columns=["check", "statistic", "about", "observed", "replicated_mean",
+                                       "p_value", "replicates", "n_values", "frac_extreme"])
 
 
 def column_table(results: list[StatisticResult], check: str = "posterior") -> pd.DataFrame:

@@ -151,15 +151,16 @@ def results():
 
 def test_check_table_summarises_vector_statistics(results):
     table = pc.check_table(results, "posterior").set_index("statistic")
-    assert list(table.columns) == ["check", "observed", "replicated_mean", "p_value", "n_values",
-                                   "frac_extreme", "worst"]
+    assert list(table.columns) == ["check", "about", "observed", "replicated_mean", "p_value",
+                                   "replicates", "n_values", "frac_extreme"]
     row = table.loc["col_mean"]
-    assert row["worst"] == "column 2" and row["p_value"] == 0.0 and row["n_values"] == 5
+    assert row["about"] == "column 2" and row["p_value"] == 0.0 and row["n_values"] == 5
+    assert (table["replicates"] == results[0].replicates).all() and results[0].replicates > 1
     assert row["frac_extreme"] >= 0.2
     assert row["observed"] == pytest.approx(results[0].observed[2])
     scalar = table.loc["corr_mean_abs"]
-    assert scalar["n_values"] == 1 and np.isnan(scalar["frac_extreme"]) and scalar["worst"] == ""
-    assert table.loc["corr_pairs", "worst"].startswith("(")
+    assert scalar["n_values"] == 1 and np.isnan(scalar["frac_extreme"]) and scalar["about"] == "whole data"
+    assert table.loc["corr_pairs", "about"].startswith("(")
     assert "col_mean" in pc.format_table(pc.check_table(results))
 
 

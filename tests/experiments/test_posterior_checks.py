@@ -98,6 +98,24 @@ def test_a_newly_registered_family_gets_every_check(script, toy, tmp_path, capsy
     assert abs(report["loo_pit"]["mean"] - 0.5) < 0.05 and abs(report["loo_pit"]["sd"] - 0.289) < 0.03
     text = capsys.readouterr().out
     assert "PSIS-LOO over 80 rows" in text and "col_mean" in text
+    assert "named under `about`" in text and {"about", "replicates"} <= set(table.columns)
+    # the quick LOO-PIT rests on 40 draws: the run says the plot cannot judge calibration
+    assert report["loo_pit"]["draws"] < script.FEW_PIT_DRAWS
+    assert f"only {report['loo_pit']['draws']} draws" in text
+
+
+def test_default_output_goes_under_runs_in_the_current_folder(script, toy, tmp_path, monkeypatch):
+    """The first quick run once replaced six committed result files: the default folder is
+    ``runs/posterior_checks/<model>`` under the current folder, never the repository's results."""
+    results = os.path.join(os.path.dirname(script.__file__), "results")
+    before = {os.path.join(d, f): os.stat(os.path.join(d, f)).st_mtime_ns
+              for d, _, fs in os.walk(results) for f in fs}
+    monkeypatch.chdir(tmp_path)
+    assert script.main(["--model", toy.name, *TINY]) == 0
+    assert FILES <= set(os.listdir(tmp_path / "runs" / "posterior_checks" / toy.name))
+    after = {os.path.join(d, f): os.stat(os.path.join(d, f)).st_mtime_ns
+             for d, _, fs in os.walk(results) for f in fs}
+    assert after == before
 
 
 def test_results_json_does_not_grow_with_D(script, toy, tmp_path):
@@ -152,7 +170,9 @@ def _fa_em(script, tmp_path, name, X, K):
     assert script.main(argv) == 0
     table, report = _read(out)
     assert "point fit" in report["loo"]["skipped"]
-    return table[table["check"] == "posterior"].set_index("statistic")
+    assert set(table["check"]) == {"prior", "plug-in"}  # one estimate's replicates: not a posterior
+    assert (table["replicates"] == 20).all()
+    return table[table["check"] == "plug-in"].set_index("statistic")
 
 
 def test_misspecified_fits_get_extreme_p_values(script, tmp_path):
