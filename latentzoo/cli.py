@@ -600,7 +600,8 @@ def _cmd_run(args) -> int:
             azx.set_posterior_attrs(idata, latentzoo_options=json.dumps(_plain_options(cfg),
                                                                         sort_keys=True))
         table = write_run(out, idata, family=family, method=method, seconds=seconds,
-                          data_name=data_name)
+                          data_name=data_name,
+                          requested_draws=cfg.samples if method.kind == "draws" else None)
         getattr(args, "signals", None) and args.signals.disarm()  # the run's files are in place
     except KeyboardInterrupt:
         raise  # the checkpoint stays: --resume continues from it

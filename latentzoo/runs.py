@@ -37,6 +37,7 @@ __all__ = [
     "MAX_STORED_BYTES",
     "MIN_STORED_DRAWS",
     "storage_thinning",
+    "thinning_note",
 ]
 
 # D x D covariance per draw grows with D^2: stored up to this D, left out (with its summary)
@@ -208,9 +209,25 @@ def _plot_objective(idata, path, title):
     plt.close(fig)
 
 
-def write_run(out: str, idata, *, family, method, seconds: float, data_name: str) -> object:
+def thinning_note(idata, requested_draws: int | None) -> str | None:
+    """One sentence when ``idata`` keeps fewer draws per chain than were drawn (the storage budget,
+    :func:`storage_thinning`), else None."""
+    if requested_draws is None or is_point_fit(idata):
+        return None
+    kept = int(idata.posterior.sizes.get("draw", 0))
+    if kept >= requested_draws:
+        return None
+    return (f"posterior.nc keeps {kept} of {requested_draws} draws per chain (one in "
+            f"{requested_draws // max(1, kept)}, to stay within {MAX_STORED_BYTES // 2**20} MiB); "
+            "the summary's R-hat and ESS are of the kept draws")
+
+
+def write_run(out: str, idata, *, family, method, seconds: float, data_name: str,
+              requested_draws: int | None = None) -> object:
     """Write ``posterior.nc``, ``summary.csv`` and ``trace.png`` into ``out`` through a staging
-    folder (all three appear together or none); print the summary. Returns the summary table."""
+    folder (all three appear together or none); print the summary. Returns the summary table.
+    ``requested_draws``: draws per chain the run made; fewer kept (storage thinning) is recorded
+    in the attributes (``latentzoo_draws_per_chain``, ``latentzoo_thinning``) and printed."""
     from latentzoo.results import atomic_write_text, staged_run_dir, writing
 
     title = f"{family.name} / {method.name} on {data_name}"
@@ -218,6 +235,11 @@ def write_run(out: str, idata, *, family, method, seconds: float, data_name: str
         idata, latentzoo_model=family.name, latentzoo_method=method.name, latentzoo_data=data_name,
         latentzoo_seconds=float(seconds),
     )
+    thinned = thinning_note(idata, requested_draws)
+    if requested_draws is not None and not is_point_fit(idata):
+        kept = int(idata.posterior.sizes.get("draw", 0))
+        azx.set_posterior_attrs(idata, latentzoo_draws_per_chain=int(requested_draws),
+                                latentzoo_thinning=int(requested_draws // max(1, kept)))
     table = summarise(idata, family.identified)
     # Staged inside `out` (one file system); a run replaces the files an earlier run wrote there.
     with staged_run_dir(out, role="run") as stage:
@@ -234,6 +256,8 @@ def write_run(out: str, idata, *, family, method, seconds: float, data_name: str
                 sites = [s for s in family.trace_sites if s in idata.posterior.data_vars]
                 azp.plot_trace(idata, trace, var_names=sites or None, coords=_trace_coords(idata, sites))
     print_summary(table, title, seconds)
+    if thinned:
+        print(f"\n{thinned}")
     print(f"\nwrote {out}/posterior.nc, {out}/summary.csv, {out}/trace.png")
     return table
 

@@ -40,6 +40,7 @@ def test_run_fa_quick_writes_the_three_files(fa_run):
     assert idata.posterior["cov"].shape == (4, 1000, 20, 20)
     assert "lp" in idata.sample_stats
     assert idata.log_likelihood["X"].shape == (4, 1000, 500)
+    assert idata.posterior.attrs["latentzoo_thinning"] == 1  # --quick keeps every draw
     table = azx.summary(idata, var_names=["cov"])
     assert table["r_hat"].max() <= 1.01, table["r_hat"].idxmax()
 
@@ -256,3 +257,24 @@ def test_cli_does_not_show_the_note_of_a_table_that_leaves_sites_to_generic_kern
             "--no-progress", "--out", str(tmp_path / "o")]
     assert main(argv) == 0
     assert not [w for w in recwarn if issubclass(w.category, GenericKernelNote)]
+
+
+def test_a_thinned_run_says_so_in_its_summary_and_attributes(tmp_path, capsys):
+    """posterior.nc once kept 1000 of 4000 draws per chain without a word: the run now prints
+    how many it keeps and records the draws made and the thinning in the attributes."""
+    from latentzoo.registry import get_family
+    from latentzoo.runs import write_run
+
+    fa = get_family("fa")
+    rng = np.random.default_rng(0)
+    idata = azx.from_draws({"psi": rng.gamma(2.0, size=(2, 50, 3))},
+                           observed_data={"X": rng.normal(size=(10, 3))})
+    write_run(str(tmp_path / "run"), idata, family=fa, method=fa.method("gibbs"), seconds=1.0,
+              data_name="toy", requested_draws=200)
+    assert "keeps 50 of 200 draws per chain (one in 4" in capsys.readouterr().out
+    saved = azx.load(str(tmp_path / "run" / "posterior.nc"))
+    assert saved.posterior.attrs["latentzoo_draws_per_chain"] == 200
+    assert saved.posterior.attrs["latentzoo_thinning"] == 4
+    write_run(str(tmp_path / "all"), idata, family=fa, method=fa.method("gibbs"), seconds=1.0,
+              data_name="toy", requested_draws=50)
+    assert "keeps" not in capsys.readouterr().out  # nothing thinned: nothing to say
