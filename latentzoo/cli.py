@@ -16,6 +16,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -404,7 +405,14 @@ def _convergence_warning(idata, table) -> None:
 
     from latentzoo.runs import is_point_fit
 
-    if is_point_fit(idata) or idata.posterior.sizes.get("chain", 1) < 2 or "r_hat" not in table:
+    if is_point_fit(idata):
+        return
+    if idata.posterior.sizes.get("chain", 1) < 2:
+        print("note: R-hat needs two or more chains and this run has one, so convergence is not "
+              "checked (its r_hat column is NaN); run with --chains 2 or more to check it.",
+              file=sys.stderr)
+        return
+    if "r_hat" not in table:
         return
     r_hat = table["r_hat"].astype(float)
     if not np.any(np.isfinite(r_hat)):
@@ -645,29 +653,54 @@ def _cmd_diagnose(args) -> int:
         title += f" on {attrs['latentzoo_data']}"
     print_summary(table, title, attrs.get("latentzoo_seconds"))
     _convergence_warning(idata, table)
-    wrote = []
+    wrote, left_out = [], []
     present = [s for s in sites if s in idata.posterior.data_vars]
+    chains = idata.posterior.sizes.get("chain", 1)
     with staged_run_dir(args.run_dir, role="diagnose") as stage:
-        if not is_point_fit(idata) and idata.posterior.sizes.get("draw", 1) > 1 and present:
+        if is_point_fit(idata) or idata.posterior.sizes.get("draw", 1) < 2:
+            left_out.append("rank.png: a point fit has one estimate, no draws to rank")
+        elif chains < 2:
+            left_out.append("rank.png: a rank plot compares chains and this run has one "
+                            "(run with --chains 2 or more)")
+        elif not present:
+            left_out.append("rank.png: posterior.nc stores none of the model's identified quantities")
+        else:  # every identified quantity (the widest shown by their worst entries)
             with warnings.catch_warnings(), writing(os.path.join(args.run_dir, "rank.png"), args.run_dir):
                 warnings.simplefilter("ignore")
-                azp.plot_rank(idata, os.path.join(stage, "rank.png"), var_names=present[:2])
+                azp.plot_rank(idata, os.path.join(stage, "rank.png"), var_names=present)
             wrote.append("rank.png")
         groups = azx.group_names(idata)
         if family and family.posterior_predictive and "observed_data" in groups \
                 and "X" in idata.observed_data:
-            replicated = family.posterior_predictive(idata)
-            azx.add_posterior_predictive(idata, replicated)
-            num = min(100, int(replicated["X"].shape[1]))  # a point fit has one replicate per draw
+            try:
+                replicated = family.posterior_predictive(idata)
+            except KeyError as err:  # a file from elsewhere, or cut down: say what is missing
+                replicated = None
+                named = re.search(r"named '([^']+)'", str(err)) or re.search(r"'([^']+)'", str(err))
+                left_out.append(f"ppc.png: posterior.nc lacks {named.group(1) if named else 'a site'}, "
+                                f"which the {family.name} model's replicated data need")
+            if replicated is not None:
+                azx.add_posterior_predictive(idata, replicated)
+            # a point fit has one replicate per draw
+            num = 0 if replicated is None else min(100, int(replicated["X"].shape[1]))
         elif "posterior_predictive" in groups:  # replicates the fit stored (a classifier's labels)
             sizes = idata.posterior_predictive.sizes
             num = min(100, int(sizes.get("chain", 1) * sizes.get("draw", 1)))
         else:
             num = 0
+            if family is None:
+                left_out.append("ppc.png: posterior.nc names no model of the zoo to replicate data from")
+            elif not family.posterior_predictive:
+                left_out.append(f"ppc.png: the {family.name} model has no posterior predictive of its "
+                                f"data table (see {family.docs})")
+            else:
+                left_out.append("ppc.png: posterior.nc holds no observed data X to compare with")
         if num:
             with writing(os.path.join(args.run_dir, "ppc.png"), args.run_dir):
                 azp.plot_ppc(idata, os.path.join(stage, "ppc.png"), num_pp_samples=num)
             wrote.append("ppc.png")
+    for why in left_out:
+        print(f"no {why}")
     print(f"\nwrote {', '.join(os.path.join(args.run_dir, w) for w in wrote) or 'no plots'}")
     return 0
 

@@ -45,11 +45,20 @@ def test_run_fa_quick_writes_the_three_files(fa_run):
     assert table["r_hat"].max() <= 1.01, table["r_hat"].idxmax()
 
 
-def test_diagnose_writes_rank_and_ppc(fa_run, capsys):
+def test_diagnose_writes_rank_and_ppc(fa_run, capsys, monkeypatch):
+    from latentzoo import arviz_plots as azp
+
+    ranked = []
+    real = azp.plot_rank
+    monkeypatch.setattr(azp, "plot_rank", lambda idata, path, **kw: (ranked.append(kw), real(idata, path, **kw)))
     assert main(["diagnose", str(fa_run)]) == 0
     assert (fa_run / "rank.png").stat().st_size > 0
     assert (fa_run / "ppc.png").stat().st_size > 0
-    assert "psi[0]" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "psi[0]" in out and "no rank.png" not in out and "no ppc.png" not in out
+    # the rank plot is of the identified quantities, the covariance among them (it once showed
+    # mu and psi only)
+    assert set(ranked[0]["var_names"]) == {"mu", "psi", "cov", "factor_variance"}
 
 
 def _write(path, text):
@@ -218,7 +227,35 @@ def test_diagnose_on_a_plain_netcdf_without_model(tmp_path, capsys):
     run = tmp_path / "plain"
     azx.save(idata, str(run / "posterior.nc"))
     assert main(["diagnose", str(run)]) == 0
-    assert "a" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "a" in out
+    assert "no ppc.png: posterior.nc names no model of the zoo" in out  # why, not just missing
+
+
+def test_diagnose_says_why_a_plot_is_left_out_and_why_r_hat_is_nan(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    one_chain = azx.from_draws({"psi": rng.gamma(2.0, size=(1, 50, 3))},
+                               observed_data={"X": rng.normal(size=(10, 3))})
+    azx.set_posterior_attrs(one_chain, latentzoo_model="fa", latentzoo_method="gibbs")
+    run = tmp_path / "one"
+    azx.save(one_chain, str(run / "posterior.nc"))
+    assert main(["diagnose", str(run)]) == 0
+    cap = capsys.readouterr()
+    assert "no rank.png: a rank plot compares chains and this run has one" in cap.out
+    assert not (run / "rank.png").exists()
+    assert "R-hat needs two or more chains and this run has one" in cap.err
+    # a cut-down file (no mu): a sentence, not a KeyError
+    assert "no ppc.png: posterior.nc lacks" in cap.out and "replicated data need" in cap.out
+
+    point = azx.from_draws({"psi": rng.gamma(2.0, size=(1, 1, 3))})
+    azx.set_posterior_attrs(point, latentzoo_model="fa", latentzoo_method="em")
+    run = tmp_path / "point"
+    azx.save(point, str(run / "posterior.nc"))
+    assert main(["diagnose", str(run)]) == 0
+    cap = capsys.readouterr()
+    assert "no rank.png: a point fit has one estimate" in cap.out
+    assert "no ppc.png: posterior.nc holds no observed data" in cap.out
+    assert "R-hat" not in cap.err  # a point fit has no chains to compare: nothing to say
 
 
 def test_constant_column_em_fit_is_finite(tmp_path, capsys):
