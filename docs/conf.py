@@ -3,7 +3,7 @@
 import importlib
 
 # No sys.path entry for the repository root: the package is one import namespace over three
-# folders (latentzoo/, models/, inference/; see ARCHITECTURE.md "Layout"), which only an
+# folders (latentzoo/, models/, inference/; see architecture.md "Layout"), which only an
 # install provides (CI builds after `pip install -e ".[docs]"`). The root on sys.path would
 # let the bare latentzoo/ folder hide the installed package.
 
@@ -16,6 +16,7 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
     "sphinx.ext.mathjax",
+    "sphinx-mathjax-offline",  # MathJax copied into _static: maths renders with no network
     "sphinx.ext.viewcode",
 ]
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence"]

@@ -13,6 +13,16 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
+# ArviZ 1.x's ``az.from_numpyro(mcmc)`` reads ``numpyro.infer.initialization`` as an attribute
+# of ``numpyro.infer``, which is not always set (the submodule can be in sys.modules with the
+# attribute missing, depending on import order): it raised AttributeError on every latentzoo
+# MCMC run. Set it, once, where it is missing.
+import numpyro.infer  # noqa: E402
+import numpyro.infer.initialization as _initialization  # noqa: E402
+
+if not hasattr(numpyro.infer, "initialization"):
+    numpyro.infer.initialization = _initialization
+
 # One namespace over three folders: installed, ``latentzoo.models`` and ``latentzoo.inference``
 # live inside this package. Imported from a source checkout (the repository root as the working
 # directory puts this folder first on sys.path, ahead of an installed copy), they are the sibling

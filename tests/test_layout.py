@@ -1,4 +1,4 @@
-"""The package layout rules of ARCHITECTURE.md ("Layout"), enforced by reading the source.
+"""The package layout rules of docs/architecture.md ("Layout"), enforced by reading the source.
 
 Nothing here imports the modules it checks: every rule is read off the syntax tree (``ast``),
 so a rule that is broken is reported even when the offending import would fail or be slow.

@@ -485,3 +485,27 @@ def test_loo_pit_refuses_what_it_cannot_use():
     with pytest.raises(ValueError, match="replicates shaped"):
         azx.loo_pit(wrong)
     assert azx.loo_pit(idata).shape == (N, D)
+
+
+def test_plain_az_from_numpyro_works_on_a_conjugate_gibbs_run():
+    """ArviZ 1.x's ``az.from_numpyro`` reads ``numpyro.infer.initialization``, which NumPyro
+    does not import itself: the docs' quickstart raised AttributeError until ``import latentzoo``
+    imported it. A fresh process, so no other test's import hides the fault."""
+    import subprocess
+    import sys
+
+    code = (
+        "import jax, arviz as az\n"
+        "from numpyro.infer import MCMC\n"
+        "from latentzoo.models.factor_analysis import factor_analysis, default_fa_data\n"
+        "from latentzoo.inference.gibbs import ConjugateGibbs\n"
+        "from latentzoo.inference.fa import fa_updates\n"
+        "X = default_fa_data(0, N=40, D=4, K=1)\n"
+        "mcmc = MCMC(ConjugateGibbs(factor_analysis, fa_updates()), num_warmup=5, num_samples=5,\n"
+        "            num_chains=1, progress_bar=False)\n"
+        "mcmc.run(jax.random.PRNGKey(0), X, K=1)\n"
+        "idata = az.from_numpyro(mcmc)\n"
+        "assert 'psi' in idata.posterior and 'X' in idata.observed_data, idata\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
