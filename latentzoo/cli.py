@@ -25,7 +25,8 @@ import time
 import typing
 import warnings
 
-__all__ = ["main", "entry", "SentenceArgumentParser", "fail", "load_data", "scale_note", "QUICK", "FULL"]
+__all__ = ["main", "entry", "interrupt_on_signals", "SignalGuard", "SentenceArgumentParser", "fail",
+           "load_data", "scale_note", "QUICK", "FULL"]
 
 QUICK = dict(chains=4, samples=1000, warmup=300)
 FULL = dict(chains=4, samples=4000, warmup=1000)
@@ -119,8 +120,8 @@ class Interrupted(KeyboardInterrupt):
         self.signum = signum
 
 
-class _SignalGuard(typing.NamedTuple):
-    """What :func:`_signals_interrupt` hands a command.
+class SignalGuard(typing.NamedTuple):
+    """What :func:`interrupt_on_signals` hands a command.
 
     ``check()`` raises :class:`Interrupted` for a signal whose exception was lost: Python's
     handler raised it inside a callback whose exceptions are only printed ("Exception ignored in
@@ -136,11 +137,11 @@ class _SignalGuard(typing.NamedTuple):
 
 
 @contextlib.contextmanager
-def _signals_interrupt():
+def interrupt_on_signals():
     """Turn SIGTERM (and SIGINT) into :class:`Interrupted` while a command runs (main thread);
-    yields a :class:`_SignalGuard`."""
+    yields a :class:`SignalGuard`."""
     if threading.current_thread() is not threading.main_thread():
-        yield _SignalGuard(lambda: None, lambda: None)
+        yield SignalGuard(lambda: None, lambda: None)
         return
 
     done = threading.Event()
@@ -189,7 +190,7 @@ def _signals_interrupt():
     threading.Thread(target=watchdog, daemon=True).start()
     previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        yield _SignalGuard(check, disarm)
+        yield SignalGuard(check, disarm)
         check()  # a command that ran to its end over a lost signal still reports it
     finally:
         done.set()
@@ -203,7 +204,7 @@ def _signals_interrupt():
 def main(argv=None) -> int:
     args = _build_parser().parse_args(argv)
     try:
-        with _signals_interrupt() as guard:
+        with interrupt_on_signals() as guard:
             args.signals = guard
             return {"list": _cmd_list, "run": _cmd_run, "diagnose": _cmd_diagnose}[args.command](args)
     except ValueError as err:

@@ -118,7 +118,7 @@ def test_a_signal_whose_exception_was_lost_is_still_reported():
     """The handler's exception raised inside a callback that only prints its exceptions (CVQ's VB
     after SIGINT: inside ``_xla_gc_callback``) was lost and the run went on to write its files and
     exit 0. ``check()`` must raise it before anything is written, and leaving the guard too."""
-    from latentzoo.cli import Interrupted, _signals_interrupt
+    from latentzoo.cli import Interrupted, interrupt_on_signals
 
     def swallow_a_signal():
         try:
@@ -128,13 +128,13 @@ def test_a_signal_whose_exception_was_lost_is_still_reported():
             pass  # what a gc callback does with it
 
     with pytest.raises(Interrupted) as leaving:
-        with _signals_interrupt() as guard:
+        with interrupt_on_signals() as guard:
             swallow_a_signal()
             with pytest.raises(Interrupted) as checked:
                 guard.check()
             assert checked.value.signum == signal.SIGINT
     assert leaving.value.signum == signal.SIGINT
 
-    with _signals_interrupt() as guard:  # once the files are in place a lost signal is moot
+    with interrupt_on_signals() as guard:  # once the files are in place a lost signal is moot
         swallow_a_signal()
         guard.disarm()
