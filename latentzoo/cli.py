@@ -671,8 +671,11 @@ def _cmd_diagnose(args) -> int:
                 azp.plot_rank(idata, os.path.join(stage, "rank.png"), var_names=present)
             wrote.append("rank.png")
         groups = azx.group_names(idata)
-        if family and family.posterior_predictive and "observed_data" in groups \
-                and "X" in idata.observed_data:
+        if "posterior_predictive" in groups:  # what the run stored (replicates, a classifier's labels)
+            sizes = idata.posterior_predictive.sizes
+            num = min(100, int(sizes.get("chain", 1) * sizes.get("draw", 1)))
+        elif family and family.posterior_predictive and "observed_data" in groups \
+                and "X" in idata.observed_data:  # a run written before runs stored them
             try:
                 replicated = family.posterior_predictive(idata)
             except KeyError as err:  # a file from elsewhere, or cut down: say what is missing
@@ -684,9 +687,6 @@ def _cmd_diagnose(args) -> int:
                 azx.add_posterior_predictive(idata, replicated)
             # a point fit has one replicate per draw
             num = 0 if replicated is None else min(100, int(replicated["X"].shape[1]))
-        elif "posterior_predictive" in groups:  # replicates the fit stored (a classifier's labels)
-            sizes = idata.posterior_predictive.sizes
-            num = min(100, int(sizes.get("chain", 1) * sizes.get("draw", 1)))
         else:
             num = 0
             if family is None:

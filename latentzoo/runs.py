@@ -38,6 +38,9 @@ __all__ = [
     "MIN_STORED_DRAWS",
     "storage_thinning",
     "thinning_note",
+    "add_stored_predictive",
+    "MAX_PREDICTIVE_BYTES",
+    "PREDICTIVE_REPLICATES",
 ]
 
 # D x D covariance per draw grows with D^2: stored up to this D, left out (with its summary)
@@ -222,10 +225,39 @@ def thinning_note(idata, requested_draws: int | None) -> str | None:
             "the summary's R-hat and ESS are of the kept draws")
 
 
+# Replicated data sets stored in a run's posterior_predictive group: as many as fit in this many
+# bytes (float32), between the two bounds.
+MAX_PREDICTIVE_BYTES = 32 * 2**20
+PREDICTIVE_REPLICATES = (10, 100)
+
+
+def add_stored_predictive(idata, family) -> int:
+    """Add a ``posterior_predictive`` group of replicated data sets (the family's
+    ``posterior_predictive``, float32, (1, S, N, ...)) so plain ArviZ's ``plot_ppc`` (0.2x) and
+    ``plot_ppc_dist`` (1.x) work on the saved file. S fits :data:`MAX_PREDICTIVE_BYTES` within
+    :data:`PREDICTIVE_REPLICATES`; a point fit's replicates all come from its one estimate (a
+    plug-in predictive, recorded in the attribute ``latentzoo_predictive``). Returns S, or 0 where
+    the family has no predictive of its data, there is no observed ``X``, or the group exists."""
+    groups = azx.group_names(idata)
+    if family.posterior_predictive is None or "posterior_predictive" in groups \
+            or "observed_data" not in groups or "X" not in idata.observed_data:
+        return 0
+    per_replicate = 4 * int(np.prod(idata.observed_data["X"].shape))
+    lo, hi = PREDICTIVE_REPLICATES
+    num = int(min(hi, max(lo, MAX_PREDICTIVE_BYTES // max(1, per_replicate))))
+    replicated = family.posterior_predictive(idata, rng_seed=0, max_draws=num)
+    azx.add_posterior_predictive(idata, {k: np.asarray(v, dtype=np.float32) for k, v in replicated.items()})
+    kind = "plug-in (the point estimate)" if is_point_fit(idata) else "posterior draws"
+    azx.set_posterior_attrs(idata, latentzoo_predictive=f"{num} replicated data sets from {kind}")
+    return num
+
+
 def write_run(out: str, idata, *, family, method, seconds: float, data_name: str,
               requested_draws: int | None = None) -> object:
-    """Write ``posterior.nc``, ``summary.csv`` and ``trace.png`` into ``out`` through a staging
-    folder (all three appear together or none); print the summary. Returns the summary table.
+    """Write ``posterior.nc`` (with a posterior_predictive group where the family has one:
+    :func:`add_stored_predictive`), ``summary.csv`` and ``trace.png`` into ``out`` through a
+    staging folder (all three appear together or none); print the summary. Returns the summary
+    table.
     ``requested_draws``: draws per chain the run made; fewer kept (storage thinning) is recorded
     in the attributes (``latentzoo_draws_per_chain``, ``latentzoo_thinning``) and printed."""
     from latentzoo.results import atomic_write_text, staged_run_dir, writing
@@ -235,6 +267,7 @@ def write_run(out: str, idata, *, family, method, seconds: float, data_name: str
         idata, latentzoo_model=family.name, latentzoo_method=method.name, latentzoo_data=data_name,
         latentzoo_seconds=float(seconds),
     )
+    replicates = add_stored_predictive(idata, family)
     thinned = thinning_note(idata, requested_draws)
     if requested_draws is not None and not is_point_fit(idata):
         kept = int(idata.posterior.sizes.get("draw", 0))
