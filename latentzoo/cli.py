@@ -550,6 +550,7 @@ def _cmd_run(args) -> int:
     from latentzoo.checkpoint import CHECKPOINT
     from latentzoo.inference.cavi import checkpointing
     from latentzoo.inference.gibbs import GenericKernelNote
+    from latentzoo.priors import ignored_edits, prior_record
     from latentzoo.registry import get_family
     from latentzoo.results import atomic_write_text, remove_stale, writing
     from latentzoo.runs import write_run
@@ -561,6 +562,13 @@ def _cmd_run(args) -> int:
     cfg = _config(args, family)
     out = _out_folder(args)
     _check_out(out)
+    edited = ignored_edits(family.model, method.ignores_priors)
+    if edited:  # a maximum-likelihood fit would otherwise run as if nothing had changed
+        sites = ", ".join(f"{k} ({v})" for k, v in edited.items())
+        readers = [m.name for m in family.methods if m.cli and not set(edited) & set(m.ignores_priors)]
+        print(f"note: {family.name} --method {method.name} is maximum likelihood and does not read "
+              f"the priors you edited in the model file: {sites}"
+              + (f"; --method {readers[0]} uses them." if readers else "."), file=sys.stderr)
     if method.streaming and args.resume is not None:
         raise ValueError(f"Method {method.name!r} streams its data in one pass and keeps no "
                          "checkpoint, so it cannot be resumed; run it again with --out.")
@@ -605,6 +613,7 @@ def _cmd_run(args) -> int:
         data_name = os.path.basename(args.data) if args.data else "default data"
         if getattr(args, "labels", None):
             data_name += f" (labels {os.path.basename(args.labels)})"
+        azx.set_posterior_attrs(idata, **prior_record(family.model))  # the priors as read
         if cfg.options:  # the family's own settings travel with the posterior
             azx.set_posterior_attrs(idata, latentzoo_options=json.dumps(_plain_options(cfg),
                                                                         sort_keys=True))

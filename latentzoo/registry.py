@@ -112,6 +112,9 @@ class Method(NamedTuple):
             streaming estimate: the summary shows estimates, the trace plot the objective).
         streaming: True when the runner reads the data itself, chunk by chunk.
         cli: False for methods offered from Python only.
+        ignores_priors: sites whose prior the method does not read (a maximum-likelihood point
+            fit); an edit of one in the model file is then reported, not silently ignored
+            (:func:`latentzoo.priors.ignored_edits`).
     """
 
     name: str
@@ -119,6 +122,7 @@ class Method(NamedTuple):
     kind: str = "draws"
     streaming: bool = False
     cli: bool = True
+    ignores_priors: tuple[str, ...] = ()
 
 
 class FamilyChecks(NamedTuple):

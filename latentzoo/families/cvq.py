@@ -134,8 +134,10 @@ CVQ = register(
         data_kind=MATRIX,
         default_data=lambda seed: default_cvq_data(seed)[0],
         methods=(
-            Method("vb", lambda X, cfg: _run_point(X, cfg, method="vb"), kind="point"),
-            Method("em", lambda X, cfg: _run_point(X, cfg, method="em"), kind="point"),
+            Method("vb", lambda X, cfg: _run_point(X, cfg, method="vb"), kind="point",
+                   ignores_priors=("pi", "W", "tau")),  # maximum likelihood, as in the lecture
+            Method("em", lambda X, cfg: _run_point(X, cfg, method="em"), kind="point",
+                   ignores_priors=("pi", "W", "tau")),
             Method("gibbs", _run_gibbs),
         ),
         identified=("sigma", "pi", "W"),

@@ -203,7 +203,8 @@ TA = register(
         data_kind=MATRIX,
         default_data=lambda seed: default_ta_data(seed),
         methods=(Method("gibbs", partial(_run_gibbs, mixture=False)),
-                 Method("mcem", partial(_run_mcem, mixture=False), kind="point")),
+                 Method("mcem", partial(_run_mcem, mixture=False), kind="point",
+                        ignores_priors=("W", "T", "mu", "Psi"))),  # maximum likelihood
         identified=("Psi", "mean_x"),
         trace_sites=("Psi",),
         posterior_predictive=ta_posterior_predictive,
@@ -222,7 +223,8 @@ MTA = register(
         data_kind=MATRIX,
         default_data=lambda seed: default_ta_data(seed),
         methods=(Method("gibbs", partial(_run_gibbs, mixture=True)),
-                 Method("mcem", partial(_run_mcem, mixture=True), kind="point")),
+                 Method("mcem", partial(_run_mcem, mixture=True), kind="point",
+                        ignores_priors=("pi", "W", "T", "mu", "Psi"))),  # maximum likelihood
         identified=("mean_x", "Psi_mean"),
         trace_sites=("Psi_mean",),
         posterior_predictive=ta_posterior_predictive,
