@@ -151,6 +151,25 @@ class GibbsPlan(NamedTuple):
 
     __str__ = __repr__
 
+    def markdown(self, data_sites=()) -> str:
+        """The plan as a Markdown table (update, sites, how), for the docs' move lists, which
+        ``tests/models/test_plan_docs.py`` keeps equal to this. ``data_sites``: sites that are
+        data in a run (observed there, latent in a prior simulation), left out."""
+        def cell(text):
+            return str(text).replace("|", "\\|")
+
+        rows = ["| update | sites | how |", "|---|---|---|"]
+        for u in self.updates:
+            rows.append(f"| {cell(u.name)} | {', '.join(u.sites)} | "
+                        f"{'move' if isinstance(u, Move) else 'exact conditional'} |")
+        why = dict(self.fallback_reasons)
+        for s in self.fallback:
+            if s not in data_sites:
+                rows.append(f"| {self.kernel_of(s)} | {s} | generic kernel: {cell(why.get(s, ''))} |")
+        for name, reason in self.dropped:
+            rows.append(f"| {cell(name)} | | not used: {cell(reason)} |")
+        return "\n".join(rows)
+
 
 def make_plan(model, updates, model_args, model_kwargs, rng_key=None) -> GibbsPlan:
     """Match the update table against the model traced on this data."""
