@@ -45,6 +45,7 @@ __all__ = [
     "posterior_var_names",
     "posterior_array",
     "drop_posterior_vars",
+    "add_posterior_vars",
     "checked_var_names",
     "loo",
 ]
@@ -293,6 +294,22 @@ def posterior_array(idata, name: str) -> np.ndarray:
         )
     da = idata.posterior[name]
     return np.asarray(da.transpose("chain", "draw", ...).values)
+
+
+def add_posterior_vars(idata, draws: dict):
+    """Add posterior variables computed from the draws (arrays (chains, draws, ...), their other
+    axes named ``<name>_dim_<i>``), replacing any of the same name; returns ``idata`` (changed in
+    place). The posterior's attributes are kept."""
+    _check_sampled("posterior", draws)
+    ds = idata["posterior"].to_dataset() if ARVIZ_1 else idata.posterior
+    new = {name: (("chain", "draw", *[f"{name}_dim_{i}" for i in range(np.ndim(v) - 2)]),
+                  np.asarray(v)) for name, v in draws.items()}
+    ds = ds.assign(new)
+    if ARVIZ_1:
+        idata["posterior"] = ds
+    else:
+        idata.posterior = ds
+    return idata
 
 
 def drop_posterior_vars(idata, names):

@@ -2,7 +2,9 @@
 Tang et al., Tensor Analyzers). Method: the hand-derived blocked Gibbs sampler (``gibbs``), with
 the labels drawn with the factors integrated out, started from k-means++ seeds per chain.
 
-Identified quantities: the shared noise precisions ``psi``. Component-level sites (``pi``,
+Identified quantities: the shared noise precisions ``psi`` and the mixture's summaries that no
+relabelling changes (:func:`mixture_summaries`: weights sorted, component variances sorted, the
+mixture's mean and total variance), which the summary lists. Component-level sites (``pi``,
 ``mu``, ``cov``) are identified only up to a permutation of the components (label switching), so
 they are stored but their R-hat across chains is not a convergence verdict.
 
@@ -21,13 +23,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from latentzoo import arviz_adapter as azx
 from latentzoo import runs
 from latentzoo.data import MATRIX
 from latentzoo.models.factor_analysis import marginal_log_likelihood
 from latentzoo.models.mfa import default_mfa_data, mfa
 from latentzoo.registry import Family, FamilyChecks, Method, register
 
-__all__ = ["MFA", "DEFAULT_J", "mfa_marginal_log_likelihood"]
+__all__ = ["MFA", "DEFAULT_J", "mfa_marginal_log_likelihood", "mixture_summaries"]
 
 DEFAULT_J = 2
 
@@ -61,7 +64,34 @@ def _run_gibbs(X, cfg):
     post = mcmc.get_samples(group_by_chain=True)
     ll = runs.map_draws(mfa_marginal_log_likelihood, post["pi"], post["W"], post["mu"], post["psi"],
                         shared=(Xj,), bytes_per_draw=4 * 8 * J * N * D)
-    return runs.mcmc_idata(mcmc, log_likelihood={"X": ll})
+    idata = runs.mcmc_idata(mcmc, log_likelihood={"X": ll})
+    return azx.add_posterior_vars(idata, mixture_summaries(post["pi"], post["W"], post["mu"], post["psi"]))
+
+
+def mixture_summaries(pi, W, mu, psi) -> dict:
+    """Summaries of the mixture that no relabelling of the components changes, so their R-hat is
+    a convergence verdict (the per-component sites' is not): from draws pi (..., J),
+    W (..., J, D, K), mu (..., J, D), psi (..., D) ->
+
+    - ``weights_sorted`` (..., J): the weights, largest first;
+    - ``component_variance_sorted`` (..., J): each component's total variance
+      tr(W_j W_jᵀ) + Σ_d 1/psi_d, largest first (each sorted on its own: the two orders need not
+      agree, and no weight tie can swap a component's numbers);
+    - ``mixture_mean`` (..., D): Σ_j pi_j mu_j;
+    - ``mixture_total_variance`` (...): the trace of the mixture's covariance,
+      Σ_j pi_j (tr(W_j W_jᵀ) + |mu_j - m|²) + Σ_d 1/psi_d."""
+    pi, W, mu, psi = (np.asarray(a) for a in (pi, W, mu, psi))
+    pi = pi / pi.sum(-1, keepdims=True)
+    noise = (1.0 / psi).sum(-1)
+    loading = (W ** 2).sum((-1, -2))  # tr(W_j W_jᵀ), (..., J)
+    m = np.einsum("...j,...jd->...d", pi, mu)
+    spread = ((mu - m[..., None, :]) ** 2).sum(-1)
+    return {
+        "weights_sorted": -np.sort(-pi, axis=-1),
+        "component_variance_sorted": -np.sort(-(loading + noise[..., None]), axis=-1),
+        "mixture_mean": m,
+        "mixture_total_variance": (pi * (loading + spread)).sum(-1) + noise,
+    }
 
 
 def mfa_posterior_predictive(idata, rng_seed=0, max_draws=200):
@@ -135,8 +165,9 @@ MFA = register(
         data_kind=MATRIX,
         default_data=lambda seed: default_mfa_data(seed),
         methods=(Method("gibbs", _run_gibbs),),
-        identified=("psi",),
-        trace_sites=("psi",),
+        identified=("psi", "weights_sorted", "component_variance_sorted", "mixture_mean",
+                    "mixture_total_variance"),
+        trace_sites=("psi", "weights_sorted"),
         posterior_predictive=mfa_posterior_predictive,
         default_K=1,
         docs="models/mfa.md",
