@@ -613,7 +613,7 @@ def _cmd_run(args) -> int:
         data_name = os.path.basename(args.data) if args.data else "default data"
         if getattr(args, "labels", None):
             data_name += f" (labels {os.path.basename(args.labels)})"
-        azx.set_posterior_attrs(idata, **prior_record(family.model))  # the priors as read
+        azx.set_posterior_attrs(idata, **prior_record(family.model, cfg.K))  # the priors as read
         if cfg.options:  # the family's own settings travel with the posterior
             azx.set_posterior_attrs(idata, latentzoo_options=json.dumps(_plain_options(cfg),
                                                                         sort_keys=True))

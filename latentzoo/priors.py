@@ -72,11 +72,17 @@ def _module(model):
     return sys.modules[inner.__module__]
 
 
-def model_priors(model) -> dict[str, str]:
+def model_priors(model, K: int | None = None) -> dict[str, str]:
     """``default_priors()`` of the model's file, described (:func:`describe`); {} when the model's
-    module has none."""
+    module has none. ``K``: passed where the priors depend on it (convolutional FA's)."""
     read = getattr(_module(model), "default_priors", None)
-    return {} if read is None else {site: describe(p) for site, p in read().items()}
+    if read is None:
+        return {}
+    takes_k = "K" in inspect.signature(read).parameters
+    if takes_k and K is None:
+        raise ValueError(f"{_module(model).__name__}.default_priors needs K.")
+    priors = read(K=K) if takes_k else read()
+    return {site: describe(p) for site, p in priors.items()}
 
 
 def model_source_sha256(model) -> str:
@@ -87,12 +93,12 @@ def model_source_sha256(model) -> str:
         return ""
 
 
-def prior_record(model) -> dict[str, str]:
+def prior_record(model, K: int | None = None) -> dict[str, str]:
     """The attributes a run stores: ``latentzoo_priors`` (JSON of :func:`model_priors`) and
     ``latentzoo_model_sha256``."""
     import json
 
-    return {"latentzoo_priors": json.dumps(model_priors(model), sort_keys=True),
+    return {"latentzoo_priors": json.dumps(model_priors(model, K), sort_keys=True),
             "latentzoo_model_sha256": model_source_sha256(model)}
 
 
