@@ -237,7 +237,8 @@ def add_stored_predictive(idata, family) -> int:
     ``plot_ppc_dist`` (1.x) work on the saved file. S fits :data:`MAX_PREDICTIVE_BYTES` within
     :data:`PREDICTIVE_REPLICATES`; a point fit's replicates all come from its one estimate (a
     plug-in predictive, recorded in the attribute ``latentzoo_predictive``). Returns S, or 0 where
-    the family has no predictive of its data, there is no observed ``X``, or the group exists."""
+    the family has no predictive of its data, there is no observed ``X``, the draws lack a site
+    it needs, or the group exists."""
     groups = azx.group_names(idata)
     if family.posterior_predictive is None or "posterior_predictive" in groups \
             or "observed_data" not in groups or "X" not in idata.observed_data:
@@ -245,7 +246,10 @@ def add_stored_predictive(idata, family) -> int:
     per_replicate = 4 * int(np.prod(idata.observed_data["X"].shape))
     lo, hi = PREDICTIVE_REPLICATES
     num = int(min(hi, max(lo, MAX_PREDICTIVE_BYTES // max(1, per_replicate))))
-    replicated = family.posterior_predictive(idata, rng_seed=0, max_draws=num)
+    try:
+        replicated = family.posterior_predictive(idata, rng_seed=0, max_draws=num)
+    except KeyError:  # the draws lack a site the predictive needs (a cut-down posterior)
+        return 0
     azx.add_posterior_predictive(idata, {k: np.asarray(v, dtype=np.float32) for k, v in replicated.items()})
     kind = "plug-in (the point estimate)" if is_point_fit(idata) else "posterior draws"
     azx.set_posterior_attrs(idata, latentzoo_predictive=f"{num} replicated data sets from {kind}")
