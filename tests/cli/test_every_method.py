@@ -12,6 +12,8 @@ from latentzoo import arviz_adapter as azx
 from latentzoo.cli import main
 from latentzoo.registry import families
 
+pytestmark = pytest.mark.smoke  # plain ArviZ calls on a saved run of every family: both ArviZ lines
+
 PAIRS = [(f.name, m.name) for f in families().values() for m in f.methods
          if m.cli and not m.streaming and m.kind == "draws"
          and (f.name not in ("fa", "noca") or m.name == "gibbs")]

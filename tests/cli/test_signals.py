@@ -22,6 +22,8 @@ import pytest
 
 from latentzoo.registry import families
 
+pytestmark = pytest.mark.smoke  # signal delivery differs on Python 3.13 (a lost exception was first seen there)
+
 DEADLINE_S = 5.0
 CELLS = [(f.name, m) for f in families().values() for m in f.cli_methods]
 

@@ -15,6 +15,7 @@ from latentzoo.cli import main
 from latentzoo.priors import SHIPPED_PRIORS, describe, ignored_edits, model_priors
 from latentzoo.registry import families
 
+pytestmark = pytest.mark.smoke  # prior edits recorded or said, on both ArviZ lines
 
 def test_the_shipped_table_matches_the_model_files():
     """SHIPPED_PRIORS is what ignored_edits compares with: it must say what the files say."""
