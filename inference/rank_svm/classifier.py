@@ -62,9 +62,9 @@ class RankFactorSVC(ClassifierMixin, BaseEstimator):
             R variants' Gibbs sweeps per draw for a new sample's factors (see
             :func:`~latentzoo.inference.rank_svm.predict.new_sample_states`).
         progress: show the fit's progress bar (NumPyro's for Gibbs, the CAVI sweeps' for VB), after
-            a line saying that XLA is compiling. (Ctrl-C raises ``KeyboardInterrupt``, but on a
-            busy machine it has taken over a minute to arrive: sweeps NumPyro dispatched ahead of
-            the bar run first.)
+            a line saying that XLA is compiling. (Ctrl-C while the bar moves raises
+            ``KeyboardInterrupt`` within seconds; one pressed while XLA compiles takes effect
+            when the compilation returns, since Python runs its handler only between bytecodes.)
 
     Any two class labels are accepted; ``classes_[1]`` is the positive class (+1 in the model).
     The G variants centre and scale each column inside the estimator (a constant column keeps

@@ -80,15 +80,16 @@ def test_a_signal_while_compiling_ends_the_run_within_5_seconds(index, model, me
     assert not (tmp_path / "run" / "posterior.nc").exists()
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "open defect: alone it passes, but in a full suite run (two workers on two cores) the child "
-    "did not raise KeyboardInterrupt within 60 s of SIGINT; NumPyro's progress loop dispatches "
-    "sweeps ahead of the work and the main thread can sit in JAX's dispatch queue"))
 def test_an_interrupted_estimator_fit_raises_keyboard_interrupt(tmp_path):
-    """The API: Ctrl-C in a fit with its progress bar on raises KeyboardInterrupt within 5 s.
-    (The child then leaves with os._exit: sweeps NumPyro dispatched ahead of the bar are still
-    queued, and an interpreter's normal exit waits for them, as the CLI's console script
-    avoids the same way.)"""
+    """The API: Ctrl-C while a fit samples (its progress bar moving) raises KeyboardInterrupt
+    within 5 s. Python runs a signal handler only between bytecodes, so a Ctrl-C that arrives
+    while XLA compiles takes effect when the compilation returns (under a loaded machine that was
+    over a minute, which an earlier version of this test, signalling at the compile line, hit);
+    the command line's watchdog covers that stretch, a library cannot (it must not end the
+    user's process). (The child leaves with os._exit: sweeps NumPyro dispatched ahead of the bar
+    are still queued, and an interpreter's normal exit waits for them.)"""
+    import re
+
     code = (
         "import numpy as np\n"
         "from latentzoo.inference.rank_svm.classifier import RankFactorSVC\n"
@@ -101,10 +102,23 @@ def test_an_interrupted_estimator_fit_raises_keyboard_interrupt(tmp_path):
         "    print('KeyboardInterrupt', flush=True)\n"
         "    os._exit(7)\n"
     )
-    env = dict(os.environ, JAX_ENABLE_COMPILATION_CACHE="false")
-    proc, lines, reader = _run_until_compiling([sys.executable, "-c", code], env)
-    assert proc.poll() is None, "".join(lines)
-    time.sleep(0.5)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, env=dict(os.environ))
+    chunks: list[bytes] = []
+
+    def read():  # the bar redraws with \r, not \n: read what comes, not lines
+        for chunk in iter(lambda: os.read(proc.stderr.fileno(), 4096), b""):
+            chunks.append(chunk)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    moving = re.compile(rb"\|\s*([1-9][0-9]*)/100010")  # the bar past its first sweep
+    deadline = time.monotonic() + 600
+    while not moving.search(b"".join(chunks)) and proc.poll() is None:
+        assert time.monotonic() < deadline, "the bar never moved"
+        time.sleep(0.05)
+    text = b"".join(chunks).decode(errors="replace")
+    assert proc.poll() is None, text
     sent = time.monotonic()
     proc.send_signal(signal.SIGINT)
     try:
@@ -112,8 +126,9 @@ def test_an_interrupted_estimator_fit_raises_keyboard_interrupt(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 7, "".join(lines)
-    assert time.monotonic() - sent < DEADLINE_S
+    took = time.monotonic() - sent
+    assert proc.returncode == 7, b"".join(chunks).decode(errors="replace")[-2000:]
+    assert took < DEADLINE_S, took
 
 
 def test_a_signal_whose_exception_was_lost_is_still_reported():
