@@ -42,6 +42,7 @@ from latentzoo.inference.updates import GibbsUpdate, Move
 __all__ = [
     "simulate",
     "check_conditional",
+    "check_conditionals",
     "check_likelihood_invariance",
     "check_move_on_orbit",
     "OrbitResult",
@@ -115,34 +116,60 @@ def check_conditional(
     each is checked on ``num_pairs`` pairs. They are passed to one compiled function as
     arguments (NumPyro distributions are pytrees), so the check compiles once.
     """
-    if update.conditional is None:
-        raise ValueError(f"update {update.name!r} has no closed-form conditional to check.")
+    return check_conditionals(model, [update], model_kwargs, rng_key, num_pairs=num_pairs,
+                              data_site=data_site, priors_list=priors_list)[update.name]
+
+
+def check_conditionals(
+    model,
+    updates,
+    model_kwargs,
+    rng_key,
+    *,
+    num_pairs: int = 3,
+    data_site="X",
+    priors_list=None,
+) -> dict[str, float]:
+    """:func:`check_conditional` for several updates in one compiled program: ``{update name:
+    largest disagreement}``. Every update is checked on the same simulated pairs (one simulation,
+    one model read and one ``log p(a)`` per pair, shared), which keeps the program, and its
+    compile time, near one model evaluation per update instead of three; for one update the
+    numbers equal :func:`check_conditional`'s."""
+    updates = list(updates)
+    missing = [u.name for u in updates if u.conditional is None]
+    if missing:
+        raise ValueError(f"update {missing[0]!r} has no closed-form conditional to check.")
     static = {k: v for k, v in model_kwargs.items() if k != "priors"}
     if priors_list is None:
         priors_list = [model_kwargs.get("priors")]
     stacked = jax.tree_util.tree_map(lambda *xs: jnp.stack([jnp.asarray(x) for x in xs]), *priors_list)
 
-    def disagreement(key, priors):
+    def disagreements(key, priors):
         kw = {**static, "priors": priors}
         k_sim, k_draw = jax.random.split(key)
         a, X = simulate(model, kw, k_sim, data_site)
         fns, obs, _ = read_model(model, a, (X,), kw)
-        cond = update.conditional(a, obs, fns)
-        keys = jax.random.split(k_draw, len(update.sites))
-        b = {**a, **{s: cond[s].sample(k) for s, k in zip(update.sites, keys)}}
-        d_cond = sum(
-            cond[s].log_prob(a[s]).sum() - cond[s].log_prob(b[s]).sum() for s in update.sites
-        )
-        d_joint = log_density(model, (X,), kw, a)[0] - log_density(model, (X,), kw, b)[0]
-        return jnp.abs(d_cond - d_joint) / (1.0 + jnp.abs(d_joint))
+        log_p_a = log_density(model, (X,), kw, a)[0]
+        out = []
+        for update in updates:
+            cond = update.conditional(a, obs, fns)
+            keys = jax.random.split(k_draw, len(update.sites))
+            b = {**a, **{s: cond[s].sample(k) for s, k in zip(update.sites, keys)}}
+            d_cond = sum(
+                cond[s].log_prob(a[s]).sum() - cond[s].log_prob(b[s]).sum() for s in update.sites
+            )
+            d_joint = log_p_a - log_density(model, (X,), kw, b)[0]
+            out.append(jnp.abs(d_cond - d_joint) / (1.0 + jnp.abs(d_joint)))
+        return jnp.stack(out)
 
     def one_prior(args):
         key, priors = args
         keys = jax.random.split(key, num_pairs)
-        return jnp.max(jax.lax.map(lambda k: disagreement(k, priors), keys))
+        return jnp.max(jax.lax.map(lambda k: disagreements(k, priors), keys), axis=0)
 
     keys = jax.random.split(rng_key, len(priors_list))
-    return float(jnp.max(jax.jit(lambda a: jax.lax.map(one_prior, a))((keys, stacked))))
+    worst = np.asarray(jnp.max(jax.jit(lambda a: jax.lax.map(one_prior, a))((keys, stacked)), axis=0))
+    return {u.name: float(w) for u, w in zip(updates, worst)}
 
 
 # ------------------------------------------------------------------------------ moves
