@@ -232,30 +232,31 @@ def test_diagnose_on_a_plain_netcdf_without_model(tmp_path, capsys):
     assert "no ppc.png: posterior.nc names no model of the zoo" in out  # why, not just missing
 
 
+def _diagnosed(folder, draws, observed, method, capsys):
+    """diagnose's (stdout, stderr) on a saved FA run of these draws."""
+    idata = azx.from_draws(draws, observed_data=observed)
+    azx.set_posterior_attrs(idata, latentzoo_model="fa", latentzoo_method=method)
+    azx.save(idata, str(folder / "posterior.nc"))
+    assert main(["diagnose", str(folder)]) == 0
+    cap = capsys.readouterr()
+    return cap.out, cap.err
+
+
 def test_diagnose_says_why_a_plot_is_left_out_and_why_r_hat_is_nan(tmp_path, capsys):
     rng = np.random.default_rng(0)
-    one_chain = azx.from_draws({"psi": rng.gamma(2.0, size=(1, 50, 3))},
-                               observed_data={"X": rng.normal(size=(10, 3))})
-    azx.set_posterior_attrs(one_chain, latentzoo_model="fa", latentzoo_method="gibbs")
-    run = tmp_path / "one"
-    azx.save(one_chain, str(run / "posterior.nc"))
-    assert main(["diagnose", str(run)]) == 0
-    cap = capsys.readouterr()
-    assert "no rank.png: a rank plot compares chains and this run has one" in cap.out
-    assert not (run / "rank.png").exists()
-    assert "R-hat needs two or more chains and this run has one" in cap.err
+    out, err = _diagnosed(tmp_path / "one", {"psi": rng.gamma(2.0, size=(1, 50, 3))},
+                          {"X": rng.normal(size=(10, 3))}, "gibbs", capsys)
+    assert "no rank.png: a rank plot compares chains and this run has one" in out
+    assert not (tmp_path / "one" / "rank.png").exists()
+    assert "R-hat needs two or more chains and this run has one" in err
     # a cut-down file (no mu): a sentence, not a KeyError
-    assert "no ppc.png: posterior.nc lacks" in cap.out and "replicated data need" in cap.out
+    assert "no ppc.png: posterior.nc lacks" in out and "replicated data need" in out
 
-    point = azx.from_draws({"psi": rng.gamma(2.0, size=(1, 1, 3))})
-    azx.set_posterior_attrs(point, latentzoo_model="fa", latentzoo_method="em")
-    run = tmp_path / "point"
-    azx.save(point, str(run / "posterior.nc"))
-    assert main(["diagnose", str(run)]) == 0
-    cap = capsys.readouterr()
-    assert "no rank.png: a point fit has one estimate" in cap.out
-    assert "no ppc.png: posterior.nc holds no observed data" in cap.out
-    assert "R-hat" not in cap.err  # a point fit has no chains to compare: nothing to say
+    out, err = _diagnosed(tmp_path / "point", {"psi": rng.gamma(2.0, size=(1, 1, 3))}, None, "em",
+                          capsys)
+    assert "no rank.png: a point fit has one estimate" in out
+    assert "no ppc.png: posterior.nc holds no observed data" in out
+    assert "R-hat" not in err  # a point fit has no chains to compare: nothing to say
 
 
 def test_constant_column_em_fit_is_finite(tmp_path, capsys):
