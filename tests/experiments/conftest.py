@@ -19,3 +19,4 @@ def _load(name):
 @pytest.fixture(scope="module")
 def load_experiment():
     return _load
+

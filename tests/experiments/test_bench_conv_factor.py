@@ -3,7 +3,10 @@ pieces agree with the JAX ones (a wrong NumPy baseline would make the speed rati
 
 import json
 
+from tests.experiments.marks import thorough_run
 
+
+@thorough_run
 def test_bench_conv_factor_quick_writes_json(load_experiment, tmp_path):
     bench = load_experiment("bench_conv_factor")
     out = tmp_path / "bench.json"

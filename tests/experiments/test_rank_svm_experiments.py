@@ -10,6 +10,8 @@ import os
 import numpy as np
 import pytest
 
+from tests.experiments.marks import thorough_run
+
 # Quick settings shrunk further for the suite (the scripts' --quick is for a person at a
 # terminal): the fits' compiled programs come from the JAX cache after the first run.
 TINY = ["--quick", "--warmup", "30", "--samples", "30", "--max-draws", "10"]
@@ -20,6 +22,7 @@ def _no_temporaries(folder):
 
 
 @pytest.mark.slow
+@thorough_run
 def test_digits_quick_run(load_experiment, tmp_path, capsys):
     script = load_experiment("rank_svm_digits")
     out = tmp_path / "run"
@@ -36,6 +39,7 @@ def test_digits_quick_run(load_experiment, tmp_path, capsys):
 
 
 @pytest.mark.slow
+@thorough_run
 def test_invariance_quick_run(load_experiment, tmp_path, capsys):
     script = load_experiment("rank_svm_monotone_invariance")
     out = tmp_path / "run"
@@ -51,6 +55,7 @@ def test_invariance_quick_run(load_experiment, tmp_path, capsys):
 
 
 @pytest.mark.slow
+@thorough_run
 def test_gene_network_quick_run(load_experiment, tmp_path):
     script = load_experiment("rank_svm_gene_network")
     out = tmp_path / "run"

@@ -8,11 +8,14 @@ import os
 
 import pytest
 
+from tests.experiments.marks import thorough_run
+
 
 def _no_temporaries(folder):
     return not [f for f in os.listdir(folder) if f.startswith(".tmp")]
 
 
+@thorough_run
 def test_synthetic_2d_quick_run(load_experiment, tmp_path, capsys):
     script = load_experiment("ta_synthetic_2d")
     out = tmp_path / "run"
@@ -26,6 +29,7 @@ def test_synthetic_2d_quick_run(load_experiment, tmp_path, capsys):
     assert "paper test" in capsys.readouterr().out
 
 
+@thorough_run
 def test_gibbs_convergence_quick_run(load_experiment, tmp_path):
     script = load_experiment("ta_gibbs_convergence")
     out = tmp_path / "run"
@@ -37,6 +41,7 @@ def test_gibbs_convergence_quick_run(load_experiment, tmp_path):
     assert rhats and all(math.isfinite(v) and v > 0.9 for v in rhats)
 
 
+@thorough_run
 def test_image_patches_quick_run(load_experiment, tmp_path, capsys):
     script = load_experiment("mta_image_patches")
     out = tmp_path / "run"
@@ -51,6 +56,7 @@ def test_image_patches_quick_run(load_experiment, tmp_path, capsys):
     assert "held-out ll/patch" in capsys.readouterr().out
 
 
+@thorough_run
 def test_benchmark_quick_run_writes_its_json(load_experiment, tmp_path):
     script = load_experiment("bench_tensor_analyzer")
     path = tmp_path / "bench.json"
