@@ -19,7 +19,8 @@ from latentzoo.inference.validation import check_labelled
 from latentzoo.models.rank_factor_svm import VARIANTS, observed_data, rank_factor_svm
 from latentzoo.models.tables import split_tables
 
-__all__ = ["rank_svm_updates", "fit_gibbs", "initial_values", "binary_labels", "bind_static"]
+__all__ = ["rank_svm_updates", "fit_gibbs", "initial_values", "binary_labels", "label_classes",
+           "bind_static"]
 
 
 def rank_svm_updates(variant: str, *, scale: bool = True) -> list:
@@ -53,18 +54,24 @@ def rank_svm_updates(variant: str, *, scale: bool = True) -> list:
     return table
 
 
-def binary_labels(y) -> np.ndarray:
-    """Labels as -1/+1 floats; ValueError naming the problem unless y has exactly two classes
-    given as {-1, +1} or {0, 1}."""
-    y = np.asarray(y, float)
+def label_classes(y) -> np.ndarray:
+    """The two label values of y, sorted (the second is the model's +1, as ``RankFactorSVC``'s
+    ``classes_[1]``); ValueError naming the problem unless y has exactly two."""
+    y = np.asarray(y)
+    if y.ndim != 1:
+        raise ValueError(f"The labels must be one value per row, got shape {y.shape}.")
     classes = np.unique(y)
     if len(classes) != 2:
-        raise ValueError(f"The labels must have exactly two classes, got {len(classes)}.")
-    if set(classes) == {0.0, 1.0}:
-        return np.where(y > 0, 1.0, -1.0)
-    if set(classes) != {-1.0, 1.0}:
-        raise ValueError(f"The labels must be -1/+1 or 0/1, got {classes.tolist()}.")
-    return y
+        raise ValueError(f"The labels must have exactly two classes, got {len(classes)}"
+                         + (f": {classes[:5].tolist()}." if len(classes) else "."))
+    return classes
+
+
+def binary_labels(y) -> np.ndarray:
+    """Labels as -1/+1 floats from any two label values: the larger (:func:`label_classes`)
+    becomes +1, so 0/1 and -1/+1 keep their meaning and 3/5 give 5 -> +1."""
+    classes = label_classes(y)
+    return np.where(np.asarray(y) == classes[1], 1.0, -1.0)
 
 
 def initial_values(data, kwargs, seed: int = 0) -> dict:

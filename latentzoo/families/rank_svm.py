@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from latentzoo import arviz_adapter as azx
 from latentzoo import runs
 from latentzoo.data import LABELLED_MATRIX
 from latentzoo.models.rank_factor_svm import (
@@ -54,6 +55,16 @@ def _prepare(data, cfg):
     return X, binary_labels(y), variant, int(cfg.options.get("T", 5))
 
 
+def _label_values(data) -> str:
+    """The user's two label values, negative class first, as JSON (the run's attribute
+    ``latentzoo_label_values``: the model's -1 and +1 in the user's own values)."""
+    import json
+
+    from latentzoo.inference.rank_svm.fit import label_classes
+
+    return json.dumps([v.item() for v in label_classes(data[1])])
+
+
 def _hinge_loglik(y, u):
     """Pointwise log of the label hinge, -2 max(0, 1 - y_n u_n), of draws u (chains, draws, N)."""
     return -2.0 * np.maximum(0.0, 1.0 - y * np.asarray(u))
@@ -87,6 +98,7 @@ def _run_mcmc(data, cfg, *, nuts: bool):
                          **tables)
     u = mcmc.get_samples(group_by_chain=True)["u"]
     idata = runs.mcmc_idata(mcmc, drop=DROP, log_likelihood={"y": _hinge_loglik(y, u)})
+    azx.set_posterior_attrs(idata, latentzoo_label_values=_label_values(data))
     return _with_label_predictive(idata, y, u, cfg.seed)
 
 
@@ -110,7 +122,8 @@ def _run_vb(data, cfg):
     sweeps, restarts = runs.point_sizes(cfg, restarts=1)
     fit = fit_vb(X, y, variant=variant, K=cfg.K, T=T, num_steps=sweeps, seed=cfg.seed,
                  restarts=restarts, progress_bar=cfg.progress)
-    return runs.guide_point_idata(fit, X)
+    idata = runs.guide_point_idata(fit, X)
+    return azx.set_posterior_attrs(idata, latentzoo_label_values=_label_values(data))
 
 
 def _checks_design(N, D, K=2, T=3, seed=0, **priors):

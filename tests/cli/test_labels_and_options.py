@@ -183,3 +183,32 @@ def test_resume_refuses_other_labels_or_options(labelled, files, capsys):
     record.write_text(json.dumps({**same, "labels": "sha256:0"}))
     _refused(capsys, argv, "on other data (the --labels file's contents differ)")
     assert record.exists() and SEEN == []
+
+
+def test_rank_svm_takes_any_two_labels_and_records_their_values(tmp_path, capsys):
+    """The CLI refused labels 3/5 (`The labels must be -1/+1 or 0/1`) where RankFactorSVC takes
+    any two: the larger is the model's +1, and the run records both values."""
+    import numpy as np
+
+    from latentzoo import arviz_adapter as azx
+    from latentzoo.inference.rank_svm.fit import binary_labels
+
+    np.testing.assert_array_equal(binary_labels([3, 5, 5, 3]), [-1.0, 1.0, 1.0, -1.0])
+    np.testing.assert_array_equal(binary_labels([0, 1]), [-1.0, 1.0])
+    np.testing.assert_array_equal(binary_labels([1, -1]), [1.0, -1.0])
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(20, 3))
+    y = np.where(X[:, 0] > 0, 5.0, 3.0)
+    np.savetxt(tmp_path / "X.csv", X, delimiter=",")
+    np.savetxt(tmp_path / "y.csv", y)
+    out = tmp_path / "run"
+    argv = ["run", "rank-svm", "--method", "vb", "--K", "1", "--sweeps", "3", "--no-progress",
+            "--data", str(tmp_path / "X.csv"), "--labels", str(tmp_path / "y.csv"), "--out", str(out)]
+    assert main(argv) == 0, capsys.readouterr().err
+    attrs = azx.posterior_attrs(azx.load(str(out / "posterior.nc")))
+    assert json.loads(attrs["latentzoo_label_values"]) == [3.0, 5.0]
+    np.savetxt(tmp_path / "y3.csv", np.arange(20) % 3)
+    argv[argv.index(str(tmp_path / "y.csv"))] = str(tmp_path / "y3.csv")
+    assert main([*argv[:-1], str(tmp_path / "run3")]) == 2
+    assert "exactly two classes, got 3" in capsys.readouterr().err
+    assert not (tmp_path / "run3").exists()
