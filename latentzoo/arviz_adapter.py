@@ -46,6 +46,8 @@ __all__ = [
     "posterior_array",
     "drop_posterior_vars",
     "add_posterior_vars",
+    "add_constant_data",
+    "add_predictions",
     "checked_var_names",
     "loo",
 ]
@@ -219,6 +221,26 @@ def add_observed_data(idata, observed: dict):
                   for k in idata.observed_data.data_vars}
     merged.update({k: np.asarray(v) for k, v in observed.items()})
     _set_group(idata, "observed_data", _from_groups(observed_data=merged))
+    return idata
+
+
+def add_constant_data(idata, data: dict):
+    """Add arrays (no chain/draw axes) to the constant_data group, keeping what is there;
+    returns ``idata`` (changed in place)."""
+    merged = {}
+    if "constant_data" in group_names(idata):
+        merged = {str(k): np.asarray(idata.constant_data[k].values)
+                  for k in idata.constant_data.data_vars}
+    merged.update({k: np.asarray(v) for k, v in data.items()})
+    _set_group(idata, "constant_data", _from_groups(constant_data=merged))
+    return idata
+
+
+def add_predictions(idata, predictions: dict):
+    """Attach a ``predictions`` group (arrays (chains, draws, ...)), replacing any already there;
+    returns ``idata`` (changed in place)."""
+    _check_sampled("predictions", predictions)
+    _set_group(idata, "predictions", _from_groups(predictions=predictions))
     return idata
 
 

@@ -86,6 +86,12 @@ def _build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("diagnose", help="summary, rank.png and ppc.png of a finished run")
     d.add_argument("run_dir")
+
+    q = sub.add_parser("predict", help="score new rows with a finished run's posterior (no refit): "
+                       "predictions.nc and predictions.csv")
+    q.add_argument("run_dir")
+    q.add_argument("--data", required=True, help="new rows (.csv/.npy/.npz); NaN marks a missing entry")
+    q.add_argument("--out", required=True, help="folder for predictions.nc and predictions.csv")
     return p
 
 
@@ -206,7 +212,8 @@ def main(argv=None) -> int:
     try:
         with interrupt_on_signals() as guard:
             args.signals = guard
-            return {"list": _cmd_list, "run": _cmd_run, "diagnose": _cmd_diagnose}[args.command](args)
+            return {"list": _cmd_list, "run": _cmd_run, "diagnose": _cmd_diagnose,
+                    "predict": _cmd_predict}[args.command](args)
     except ValueError as err:
         if os.environ.get("LATENTZOO_DEBUG"):
             raise
@@ -357,6 +364,10 @@ def load_data(args, family, cfg):
         # well-formed data on a scale float64 cannot square: standardised, it can be fitted
         return kind.validate(kind.standardize(data), K=cfg.K, name=name)
     if args.standardize:
+        if not isinstance(data, tuple):  # a matrix: prediction applies the same transform
+            from latentzoo.data import standardize_scalers
+
+            args.standardize_scalers = standardize_scalers(data)
         return kind.standardize(data)
     if kind.standardize is not None and not family.scale_free:
         note = scale_note(data[0] if isinstance(data, tuple) else data)
@@ -614,6 +625,10 @@ def _cmd_run(args) -> int:
         if getattr(args, "labels", None):
             data_name += f" (labels {os.path.basename(args.labels)})"
         azx.set_posterior_attrs(idata, **prior_record(family.model, cfg.K))  # the priors as read
+        scalers = getattr(args, "standardize_scalers", None)
+        if scalers is not None:  # new rows must be standardised as the training rows were
+            azx.add_constant_data(idata, {"standardize_centre": scalers[0],
+                                          "standardize_scale": scalers[1]})
         if cfg.options:  # the family's own settings travel with the posterior
             azx.set_posterior_attrs(idata, latentzoo_options=json.dumps(_plain_options(cfg),
                                                                         sort_keys=True))
@@ -712,6 +727,20 @@ def _cmd_diagnose(args) -> int:
     for why in left_out:
         print(f"no {why}")
     print(f"\nwrote {', '.join(os.path.join(args.run_dir, w) for w in wrote) or 'no plots'}")
+    return 0
+
+
+# ------------------------------------------------------------------------------ predict
+def _cmd_predict(args) -> int:
+    from latentzoo.predict import predict, write_predictions
+
+    result = predict(args.run_dir, args.data)
+    table = write_predictions(args.out, result)
+    lpd = table["log_predictive_density"]
+    print(f"{len(table)} rows: mean log predictive density {lpd.mean():.4f} per row "
+          f"(sum {lpd.sum():.2f}) over {result.posterior_draws} posterior draws"
+          + (f"; {result.imputed} missing entries imputed" if result.imputed else ""))
+    print(f"wrote {os.path.join(args.out, 'predictions.nc')}, {os.path.join(args.out, 'predictions.csv')}")
     return 0
 
 

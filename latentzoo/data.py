@@ -34,6 +34,7 @@ __all__ = [
     "load_matrix",
     "load_array",
     "load_labels",
+    "standardize_scalers",
     "validate_matrix",
     "iter_matrix_chunks",
     "standardize_columns",
@@ -212,6 +213,16 @@ def standardize_columns(X: np.ndarray) -> np.ndarray:
             f"--standardize needs every column to vary; column {int(np.argmin(sd))} is constant."
         )
     return (Y - Y.mean(0)) / sd
+
+
+def standardize_scalers(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(centre, scale) (D,) with ``(X - centre) / scale`` equal to :func:`standardize_columns`
+    (X): what a run standardised with records, so new rows get the training columns' transform."""
+    X = np.asarray(X, dtype=np.float64)
+    top = np.abs(X).max(0)
+    top = np.where(top > 0, top, 1.0)
+    Y = X / top
+    return top * Y.mean(0), top * Y.std(0)
 
 
 # ---------------------------------------------------------------------------- data kinds

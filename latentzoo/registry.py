@@ -204,6 +204,11 @@ class Family(NamedTuple):
         scale_free: True when the family's runners do not depend on the columns' scale (they
             use ranks, or standardise themselves): the CLI's note on far-from-unit-scale data
             does not apply.
+        predict: ``(idata, X_new (M, D) with NaN for missing entries) -> dict`` of arrays
+            (chains, draws, M, ...) per posterior draw, with at least ``log_lik`` (chains, draws,
+            M): each new row's log density (of its observed entries) under each draw, and
+            ``X_completed`` (chains, draws, M, D) where the family imputes; used by
+            :func:`latentzoo.predict.predict`. None: the family cannot score new rows yet.
     """
 
     name: str
@@ -222,6 +227,7 @@ class Family(NamedTuple):
     test_statistics: Mapping[str, Callable] | None = None
     options: tuple[Option, ...] = ()
     scale_free: bool = False
+    predict: Callable | None = None
 
     def method(self, name: str | None) -> Method:
         """The method called ``name`` (None: the default); ValueError naming the choices."""

@@ -37,7 +37,7 @@ from latentzoo.models.factor_analysis import (
 )
 from latentzoo.registry import Family, FamilyChecks, Method, register
 
-__all__ = ["FA", "fa_posterior_predictive", "stored_sites", "stored_bytes_per_draw"]
+__all__ = ["FA", "fa_posterior_predictive", "fa_predict", "stored_sites", "stored_bytes_per_draw"]
 
 
 def stored_sites(D: int, K: int) -> dict[str, tuple[int, ...]]:
@@ -251,6 +251,23 @@ def fa_posterior_predictive(idata, rng_seed=0, max_draws=200):
     return {"X": (mu[pick][:, None, :] + z @ np.swapaxes(W[pick], -1, -2) + eps)[None]}
 
 
+def fa_predict(idata, X_new):
+    """New rows under each stored draw (:func:`latentzoo.inference.fa.predict.masked_log_predictive`):
+    ``log_lik`` (chains, draws, M), the log density of each row's observed entries, and
+    ``X_completed`` (chains, draws, M, D), its missing entries at their conditional mean."""
+    from latentzoo.inference.fa.predict import masked_log_predictive
+
+    post = idata.posterior
+    W, mu, psi = (np.asarray(post[k]) for k in ("W", "mu", "psi"))
+    lead = W.shape[:2]
+    flat = [a.reshape(-1, *a.shape[2:]) for a in (W, mu, psi)]
+    X = jnp.asarray(X_new)
+    # the rows are an argument of the compiled program, not a constant folded into it
+    every_draw = jax.jit(jax.vmap(masked_log_predictive, in_axes=(None, 0, 0, 0)))
+    ll, completed = (np.asarray(a) for a in every_draw(X, *flat))
+    return {"log_lik": ll.reshape(*lead, -1), "X_completed": completed.reshape(*lead, *X.shape)}
+
+
 def _fa_vb_check():
     import numpyro.distributions as dist
 
@@ -337,6 +354,7 @@ FA = register(
         identified=("mu", "psi", "cov", "factor_variance"),
         trace_sites=("psi", "mu"),
         posterior_predictive=fa_posterior_predictive,
+        predict=fa_predict,
         default_K=3,
         docs="models/fa.md",
         checks=FA_CHECKS,

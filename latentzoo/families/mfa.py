@@ -79,7 +79,7 @@ def mixture_summaries(pi, W, mu, psi) -> dict:
       agree, and no weight tie can swap a component's numbers);
     - ``mixture_mean`` (..., D): Σ_j pi_j mu_j;
     - ``mixture_total_variance`` (...): the trace of the mixture's covariance,
-      Σ_j pi_j (tr(W_j W_jᵀ) + |mu_j - m|²) + Σ_d 1/psi_d."""
+      Σ_j pi_j (tr(W_j W_jᵀ) + ‖mu_j - m‖²) + Σ_d 1/psi_d."""
     pi, W, mu, psi = (np.asarray(a) for a in (pi, W, mu, psi))
     pi = pi / pi.sum(-1, keepdims=True)
     noise = (1.0 / psi).sum(-1)
