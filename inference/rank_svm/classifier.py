@@ -3,8 +3,8 @@
 ``fit`` runs the Gibbs sampler (:func:`~latentzoo.inference.rank_svm.fit_gibbs`) or mean-field VB
 (:func:`~latentzoo.inference.rank_svm.vb.fit_vb`, whose approximate posterior is then sampled);
 ``predict_proba`` is the posterior predictive of :mod:`latentzoo.inference.rank_svm.predict` (new
-samples' ranks inserted into the training order for the R variants). Works with ``clone``, ``get_params``/``set_params``,
-pipelines and cross-validation.
+samples' ranks inserted into the training order for the R variants). Works with ``clone``,
+``get_params``/``set_params``, pipelines and cross-validation.
 """
 
 from __future__ import annotations
