@@ -100,7 +100,7 @@ def predict(run_dir: str, X_new, *, max_draws: int = MAX_DRAWS) -> Prediction:
                          f"({attrs.get('latentzoo_model')!r}), so there is nothing to predict with.")
     if family.predict is None:
         raise ValueError(f"The {family.name} model cannot score new rows yet (latentzoo predict "
-                         "covers fa); its docs say what it offers.")
+                         "covers fa and mfa); its docs say what it offers.")
     if "observed_data" not in azx.group_names(idata) or "X" not in idata.observed_data:
         raise ValueError(f"{run_dir}/posterior.nc holds no training data X, so the number of "
                          "columns the run was fitted on is unknown.")

@@ -30,7 +30,7 @@ from latentzoo.models.factor_analysis import marginal_log_likelihood
 from latentzoo.models.mfa import default_mfa_data, mfa
 from latentzoo.registry import Family, FamilyChecks, Method, register
 
-__all__ = ["MFA", "DEFAULT_J", "mfa_marginal_log_likelihood", "mixture_summaries"]
+__all__ = ["MFA", "DEFAULT_J", "mfa_marginal_log_likelihood", "mixture_summaries", "mfa_predict"]
 
 DEFAULT_J = 2
 
@@ -66,6 +66,33 @@ def _run_gibbs(X, cfg):
                         shared=(Xj,), bytes_per_draw=4 * 8 * J * N * D)
     idata = runs.mcmc_idata(mcmc, log_likelihood={"X": ll})
     return azx.add_posterior_vars(idata, mixture_summaries(post["pi"], post["W"], post["mu"], post["psi"]))
+
+
+def _mfa_row_predictive(X, pi, W, mu, psi):
+    """One draw: (log p(x_{n,O}) (N,), E[x_n | x_{n,O}] (N, D)) of the mixture, each component
+    by :func:`~latentzoo.inference.fa.predict.masked_log_predictive`, weighted by its
+    responsibility given the row's observed entries."""
+    from latentzoo.inference.fa.predict import masked_log_predictive
+
+    lp, completed = jax.vmap(masked_log_predictive, in_axes=(None, 0, 0, None))(X, W, mu, psi)
+    joint = jnp.log(pi / pi.sum())[:, None] + lp  # (J, N)
+    total = jax.scipy.special.logsumexp(joint, axis=0)
+    resp = jnp.exp(joint - total)  # (J, N)
+    return total, jnp.einsum("jn,jnd->nd", resp, completed)
+
+
+def mfa_predict(idata, X_new):
+    """New rows under each stored draw: ``log_lik`` (chains, draws, M) of each row's observed
+    entries under the mixture, ``X_completed`` (chains, draws, M, D) with missing entries at the
+    mixture's conditional mean."""
+    post = idata.posterior
+    arrays = [np.asarray(post[k]) for k in ("pi", "W", "mu", "psi")]
+    lead = arrays[0].shape[:2]
+    flat = [a.reshape(-1, *a.shape[2:]) for a in arrays]
+    X = jnp.asarray(X_new)
+    every_draw = jax.jit(jax.vmap(_mfa_row_predictive, in_axes=(None, 0, 0, 0, 0)))
+    ll, completed = (np.asarray(a) for a in every_draw(X, *flat))
+    return {"log_lik": ll.reshape(*lead, -1), "X_completed": completed.reshape(*lead, *X.shape)}
 
 
 def mixture_summaries(pi, W, mu, psi) -> dict:
@@ -169,6 +196,7 @@ MFA = register(
                     "mixture_total_variance"),
         trace_sites=("psi", "weights_sorted"),
         posterior_predictive=mfa_posterior_predictive,
+        predict=mfa_predict,
         default_K=1,
         docs="models/mfa.md",
         checks=MFA_CHECKS,

@@ -123,3 +123,25 @@ def test_a_family_that_cannot_predict_yet_says_so(tmp_path, capsys):
     assert main(["predict", str(tmp_path / "nowhere"), "--data", str(tmp_path / "new.npy"),
                  "--out", str(tmp_path / "p")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_mfa_training_rows_reproduce_its_pointwise_log_likelihood(tmp_path, capsys):
+    """The mixture's predictive: the run stores log sum_j pi_j N(x_n; ...) per draw; predict on
+    the training rows must give its posterior mean; a row with a missing entry is scored on the
+    others, and its imputed entry is the responsibility-weighted conditional mean (finite)."""
+    from latentzoo.models.mfa import default_mfa_data
+
+    X = np.asarray(default_mfa_data(0))[:40]
+    np.save(tmp_path / "X.npy", X)
+    run = tmp_path / "mfa"
+    assert main(["run", "mfa", *SMALL[:-3], "--K", "1", "--no-progress", "--data",
+                 str(tmp_path / "X.npy"), "--out", str(run)]) == 0
+    rows = X[:4].copy()
+    rows[1, 0] = np.nan
+    table, _ = _lpd(tmp_path, run, rows, capsys, "mfa-new")
+    stored = np.asarray(azx.load(str(run / "posterior.nc")).log_likelihood["X"])
+    want = logsumexp(stored.reshape(-1, stored.shape[-1]), 0) - np.log(60)
+    np.testing.assert_allclose(table["log_predictive_density"].to_numpy()[[0, 2, 3]], want[[0, 2, 3]],
+                               rtol=1e-10)
+    assert np.isfinite(table["log_predictive_density"][1]) and table["log_predictive_density"][1] != want[1]
+    assert np.isfinite(table["x0"][1]) and table["x1"][1] == rows[1, 1]
