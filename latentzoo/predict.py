@@ -24,7 +24,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["predict", "write_predictions", "Prediction", "MAX_DRAWS"]
+__all__ = ["predict", "write_predictions", "Prediction", "MAX_DRAWS", "enumerated_log_lik",
+           "MAX_ENUMERATED_K"]
 
 MAX_DRAWS = 200  # posterior draws used (evenly spaced): the predictive's Monte Carlo error is small
 
@@ -37,6 +38,32 @@ class Prediction(NamedTuple):
     imputed_mean: np.ndarray | None
     posterior_draws: int
     imputed: int
+
+
+MAX_ENUMERATED_K = 12  # binary sources summed out exactly up to 2^12 states per row
+
+
+def enumerated_log_lik(idata, X_new, sites, log_lik, *, family: str, K: int) -> dict:
+    """``{"log_lik": (chains, draws, M)}`` for a binary-source family whose per-row likelihood
+    sums its 2^K source states out exactly: ``log_lik(X, *draw_of_sites) -> (M,)`` under each
+    stored draw. Complete rows only (the enumeration has no masked form yet), K up to
+    :data:`MAX_ENUMERATED_K`; otherwise one ValueError sentence."""
+    import jax
+    import jax.numpy as jnp
+
+    if np.isnan(X_new).any():
+        raise ValueError(f"The {family} model scores complete rows only; the new data have "
+                         f"{int(np.isnan(X_new).sum())} missing (NaN) entries.")
+    post = idata.posterior
+    arrays = [np.asarray(post[s]) for s in sites]
+    if K > MAX_ENUMERATED_K:
+        raise ValueError(f"The {family} run has K = {K} sources; exact scoring sums 2^K states "
+                         f"per row and stops at K = {MAX_ENUMERATED_K}.")
+    lead = arrays[0].shape[:2]
+    flat = [a.reshape(-1, *a.shape[2:]) for a in arrays]
+    every_draw = jax.jit(jax.vmap(log_lik, in_axes=(None,) + (0,) * len(flat)))
+    ll = np.asarray(every_draw(jnp.asarray(X_new), *flat))
+    return {"log_lik": ll.reshape(*lead, -1)}
 
 
 def _load_run(run_dir: str):
@@ -100,7 +127,7 @@ def predict(run_dir: str, X_new, *, max_draws: int = MAX_DRAWS) -> Prediction:
                          f"({attrs.get('latentzoo_model')!r}), so there is nothing to predict with.")
     if family.predict is None:
         raise ValueError(f"The {family.name} model cannot score new rows yet (latentzoo predict "
-                         "covers fa and mfa); its docs say what it offers.")
+                         "covers fa, mfa, cvq and noca); its docs say what it offers.")
     if "observed_data" not in azx.group_names(idata) or "X" not in idata.observed_data:
         raise ValueError(f"{run_dir}/posterior.nc holds no training data X, so the number of "
                          "columns the run was fitted on is unknown.")

@@ -14,7 +14,7 @@ from latentzoo.data import MATRIX
 from latentzoo.models.cvq import cvq, default_cvq_data
 from latentzoo.registry import Family, FamilyChecks, Method, register
 
-__all__ = ["CVQ"]
+__all__ = ["CVQ", "cvq_predict"]
 
 
 # The pointwise log-likelihood enumerates 2^K states per row and draw; beyond this K the run
@@ -125,6 +125,18 @@ CVQ_CHECKS = FamilyChecks(
     edge_model_kwargs=(dict(N=1, D=1, K=1),),
 )
 
+def cvq_predict(idata, X_new):
+    """New complete rows under each stored draw: ``log_lik`` (chains, draws, M), the sources
+    summed out over their 2^K states (:func:`~latentzoo.inference.cvq.em.cvq_exact_loglik`)."""
+    from latentzoo.inference.cvq.em import cvq_exact_loglik
+    from latentzoo.predict import enumerated_log_lik
+
+    return enumerated_log_lik(
+        idata, X_new, ("W", "pi", "sigma"),
+        lambda X, W, pi, sigma: cvq_exact_loglik(X, W, pi, sigma, per_row=True), family="cvq",
+        K=int(idata.posterior["W"].shape[-1]))
+
+
 CVQ = register(
     Family(
         name="cvq",
@@ -143,6 +155,7 @@ CVQ = register(
         identified=("sigma", "pi", "W"),
         trace_sites=("sigma", "pi"),
         posterior_predictive=cvq_posterior_predictive,
+        predict=cvq_predict,
         default_K=8,
         docs="models/cvq.md",
         checks=CVQ_CHECKS,

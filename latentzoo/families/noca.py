@@ -14,7 +14,7 @@ from latentzoo.data import BINARY_MATRIX
 from latentzoo.models.noca import default_noca_data, noca
 from latentzoo.registry import Family, FamilyChecks, Method, register
 
-__all__ = ["NOCA"]
+__all__ = ["NOCA", "noca_predict"]
 
 
 def _run_point(X, cfg, *, method):
@@ -101,6 +101,21 @@ def _noca_vb_check():
 # where the two hand-derived updates are the whole kernel, each with a broken twin that fails.
 NOCA_CHECKS = FamilyChecks(model_kwargs=dict(N=10, D=5, K=2), vb=_noca_vb_check)
 
+def noca_predict(idata, X_new):
+    """New complete binary rows under each stored draw: ``log_lik`` (chains, draws, M), the
+    sources summed out over their 2^K states (:func:`~latentzoo.inference.noca.noca_exact_loglik`)."""
+    from latentzoo.inference.noca import noca_exact_loglik
+    from latentzoo.predict import enumerated_log_lik
+
+    X_new = np.asarray(X_new)
+    if not np.isin(X_new[~np.isnan(X_new)], (0.0, 1.0)).all():
+        raise ValueError("The noca model scores binary rows; the new data hold values other than 0 and 1.")
+    return enumerated_log_lik(
+        idata, X_new, ("theta", "theta0", "pi"),
+        lambda X, theta, theta0, pi: noca_exact_loglik(X, theta, theta0, pi, per_row=True),
+        family="noca", K=int(idata.posterior["theta"].shape[-2]))
+
+
 NOCA = register(
     Family(
         name="noca",
@@ -117,6 +132,7 @@ NOCA = register(
         identified=("pi", "theta0", "theta"),
         trace_sites=("pi",),
         posterior_predictive=noca_posterior_predictive,
+        predict=noca_predict,
         default_K=8,
         docs="models/noca.md",
         checks=NOCA_CHECKS,
