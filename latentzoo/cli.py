@@ -626,6 +626,9 @@ def _cmd_run(args) -> int:
             data_name += f" (labels {os.path.basename(args.labels)})"
         azx.set_posterior_attrs(idata, **prior_record(family.model, cfg.K))  # the priors as read
         scalers = getattr(args, "standardize_scalers", None)
+        # prediction must know whether the columns were transformed (a run without this
+        # attribute predates the record, and predict refuses it)
+        azx.set_posterior_attrs(idata, latentzoo_standardized=int(scalers is not None))
         if scalers is not None:  # new rows must be standardised as the training rows were
             azx.add_constant_data(idata, {"standardize_centre": scalers[0],
                                           "standardize_scale": scalers[1]})

@@ -131,6 +131,10 @@ def predict(run_dir: str, X_new, *, max_draws: int = MAX_DRAWS) -> Prediction:
     if "observed_data" not in azx.group_names(idata) or "X" not in idata.observed_data:
         raise ValueError(f"{run_dir}/posterior.nc holds no training data X, so the number of "
                          "columns the run was fitted on is unknown.")
+    if "latentzoo_standardized" not in attrs:
+        raise ValueError(f"{run_dir}/posterior.nc was written before runs recorded whether their "
+                         "columns were standardised, so new rows could be scored on the wrong "
+                         "scale; run the fit again with this version to predict from it.")
     D = int(idata.observed_data["X"].shape[-1])
     X = _new_rows(X_new, D)
     centre = scale = None

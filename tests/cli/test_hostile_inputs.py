@@ -137,14 +137,18 @@ def test_bad_file_is_one_sentence_for_every_family(model, case, tmp_path, capsys
 
 # Data that is a valid file but wrong for a model: the sentence names the problem.
 _NONBINARY = _rng.normal(size=(30, 6))
+_THREE_CLASSES = np.column_stack([_NONBINARY[:, :5], np.arange(30) % 3])  # labels last
 MODEL_CASES = [
     (m, case, make, phrase)
     for m, f in sorted(families().items()) if f.data_kind.name != "image stack"
     for case, make, phrase in [
         ("K too large", _npy("g.npy", _GOOD), "smaller than"),
-        ("huge scale", _npy("huge.npy", _NONBINARY * 1e200 if f.data_kind.name == "matrix"
-                             else _GOOD * 2),
-         {"matrix": "scale", "labelled matrix": "labels"}.get(f.data_kind.name, "0 or 1")),
+        # values its kind cannot take: a scale float64 cannot square (matrix), a third label
+        # class (labelled: any two labels are fine), a value other than 0/1 (binary)
+        ("values wrong for the kind", _npy("wrong.npy", {
+            "matrix": _NONBINARY * 1e200, "labelled matrix": _THREE_CLASSES}.get(
+                f.data_kind.name, _GOOD * 2)),
+         {"matrix": "scale", "labelled matrix": "exactly two classes"}.get(f.data_kind.name, "0 or 1")),
     ]
 ] + [
     # image stacks: K is a truncation level (no upper bound); the atom must fit the images

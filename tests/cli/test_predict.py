@@ -145,7 +145,8 @@ def test_a_family_that_cannot_predict_yet_says_so(tmp_path, capsys):
     idata = azx.from_draws({"psi": rng.gamma(2.0, size=(1, 5, 3))},
                            observed_data={"X": rng.normal(size=(10, 3))})
     assert families()["ta"].predict is None  # the tensor analyzers need AIS: not yet
-    azx.set_posterior_attrs(idata, latentzoo_model="ta", latentzoo_method="gibbs")
+    azx.set_posterior_attrs(idata, latentzoo_model="ta", latentzoo_method="gibbs",
+                            latentzoo_standardized=0)
     azx.save(idata, str(tmp_path / "ta" / "posterior.nc"))
     np.save(tmp_path / "new.npy", np.zeros((2, 3)))
     assert main(["predict", str(tmp_path / "ta"), "--data", str(tmp_path / "new.npy"), "--out",
@@ -177,3 +178,20 @@ def test_mfa_training_rows_reproduce_its_pointwise_log_likelihood(tmp_path, caps
                                rtol=1e-10)
     assert np.isfinite(table["log_predictive_density"][1]) and table["log_predictive_density"][1] != want[1]
     assert np.isfinite(table["x0"][1]) and table["x1"][1] == rows[1, 1]
+
+
+def test_a_run_written_before_the_transform_record_is_refused(fa_runs, capsys):
+    """An older run does not say whether its columns were standardised: scoring raw rows against
+    a standardised fit would be silently wrong, so predict says why it cannot."""
+    root, X, runs = fa_runs
+    idata = azx.load(str(runs["plain"] / "posterior.nc"))
+    attrs = dict(idata.posterior.attrs)
+    attrs.pop("latentzoo_standardized")
+    idata.posterior.attrs.clear()
+    idata.posterior.attrs.update(attrs)
+    azx.save(idata, str(root / "old" / "posterior.nc"))
+    np.save(root / "old-new.npy", X[:2])
+    assert main(["predict", str(root / "old"), "--data", str(root / "old-new.npy"), "--out",
+                 str(root / "old-pred")]) == 2
+    assert "written before runs recorded whether their columns were standardised" in \
+        capsys.readouterr().err
