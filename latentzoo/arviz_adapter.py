@@ -212,28 +212,27 @@ def add_posterior_predictive(idata, predictive: dict):
     return idata
 
 
+def _merged_group(idata, name: str, data: dict):
+    """Group ``name`` (arrays with no chain/draw axes) with ``data`` added to what is there."""
+    merged = {}
+    if name in group_names(idata):
+        group = getattr(idata, name)
+        merged = {str(k): np.asarray(group[k].values) for k in group.data_vars}
+    merged.update({k: np.asarray(v) for k, v in data.items()})
+    _set_group(idata, name, _from_groups(**{name: merged}))
+    return idata
+
+
 def add_observed_data(idata, observed: dict):
     """Add arrays (no chain/draw axes) to the observed_data group, keeping what is there (a
     label the model takes as an argument, not as an observed site); returns ``idata``."""
-    merged = {}
-    if "observed_data" in group_names(idata):
-        merged = {str(k): np.asarray(idata.observed_data[k].values)
-                  for k in idata.observed_data.data_vars}
-    merged.update({k: np.asarray(v) for k, v in observed.items()})
-    _set_group(idata, "observed_data", _from_groups(observed_data=merged))
-    return idata
+    return _merged_group(idata, "observed_data", observed)
 
 
 def add_constant_data(idata, data: dict):
     """Add arrays (no chain/draw axes) to the constant_data group, keeping what is there;
     returns ``idata`` (changed in place)."""
-    merged = {}
-    if "constant_data" in group_names(idata):
-        merged = {str(k): np.asarray(idata.constant_data[k].values)
-                  for k in idata.constant_data.data_vars}
-    merged.update({k: np.asarray(v) for k, v in data.items()})
-    _set_group(idata, "constant_data", _from_groups(constant_data=merged))
-    return idata
+    return _merged_group(idata, "constant_data", data)
 
 
 def add_predictions(idata, predictions: dict):

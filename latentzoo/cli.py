@@ -662,16 +662,10 @@ def _cmd_diagnose(args) -> int:
     from latentzoo import arviz_plots as azp
     from latentzoo.registry import families
     from latentzoo.results import staged_run_dir, writing
-    from latentzoo.runs import is_point_fit, print_summary, summarise
+    from latentzoo.runs import is_point_fit, print_summary, read_run, summarise
 
     path = os.path.join(args.run_dir, "posterior.nc")
-    if not os.path.exists(path):
-        raise ValueError(f"{path} does not exist; run `latentzoo run ... --out {args.run_dir}` first.")
-    try:
-        idata = azx.load(path)
-        attrs = azx.posterior_attrs(idata)
-    except Exception as err:
-        raise ValueError(f"{path} is not a readable InferenceData file ({type(err).__name__}).") from None
+    idata, attrs = read_run(args.run_dir)
     _check_finite(idata, source=path)
     family = families().get(attrs.get("latentzoo_model"))
     sites = family.identified if family else tuple(idata.posterior.data_vars)

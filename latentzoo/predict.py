@@ -66,20 +66,6 @@ def enumerated_log_lik(idata, X_new, sites, log_lik, *, family: str, K: int) -> 
     return {"log_lik": ll.reshape(*lead, -1)}
 
 
-def _load_run(run_dir: str):
-    from latentzoo import arviz_adapter as azx
-
-    path = os.path.join(run_dir, "posterior.nc")
-    if not os.path.exists(path):
-        raise ValueError(f"{path} does not exist; run `latentzoo run ... --out {run_dir}` first.")
-    try:
-        idata = azx.load(path)
-        attrs = azx.posterior_attrs(idata)
-    except Exception as err:
-        raise ValueError(f"{path} is not a readable InferenceData file ({type(err).__name__}).") from None
-    return idata, attrs
-
-
 def _new_rows(X_new, D: int) -> np.ndarray:
     from latentzoo.data import load_array
 
@@ -120,7 +106,9 @@ def predict(run_dir: str, X_new, *, max_draws: int = MAX_DRAWS) -> Prediction:
     from latentzoo import arviz_adapter as azx
     from latentzoo.registry import families
 
-    idata, attrs = _load_run(run_dir)
+    from latentzoo.runs import read_run
+
+    idata, attrs = read_run(run_dir)
     family = families().get(attrs.get("latentzoo_model"))
     if family is None:
         raise ValueError(f"{run_dir}/posterior.nc names no model of the zoo "

@@ -38,6 +38,7 @@ __all__ = [
     "MIN_STORED_DRAWS",
     "storage_thinning",
     "thinning_note",
+    "read_run",
     "add_stored_predictive",
     "MAX_PREDICTIVE_BYTES",
     "PREDICTIVE_REPLICATES",
@@ -254,6 +255,20 @@ def add_stored_predictive(idata, family) -> int:
     kind = "plug-in (the point estimate)" if is_point_fit(idata) else "posterior draws"
     azx.set_posterior_attrs(idata, latentzoo_predictive=f"{num} replicated data sets from {kind}")
     return num
+
+
+def read_run(run_dir: str):
+    """(InferenceData, latentzoo attributes) of ``run_dir/posterior.nc``; a ValueError sentence
+    when the file is missing or unreadable."""
+    path = os.path.join(run_dir, "posterior.nc")
+    if not os.path.exists(path):
+        raise ValueError(f"{path} does not exist; run `latentzoo run ... --out {run_dir}` first.")
+    try:
+        idata = azx.load(path)
+        attrs = azx.posterior_attrs(idata)
+    except Exception as err:
+        raise ValueError(f"{path} is not a readable InferenceData file ({type(err).__name__}).") from None
+    return idata, attrs
 
 
 def write_run(out: str, idata, *, family, method, seconds: float, data_name: str,
