@@ -189,7 +189,8 @@ def interrupt_on_signals():
             if done.wait(4.0):  # the command unwound (the handler's exception was not lost)
                 return
             name = signal.Signals(data[0]).name
-            print(f"latentzoo: interrupted ({name}) while XLA was compiling or running; nothing "
+            # on a line of its own: a progress bar may have left the cursor at the end of its line
+            print(f"\nlatentzoo: interrupted ({name}) while XLA was compiling or running; nothing "
                   "was written", file=sys.stderr, flush=True)
             os._exit(128 + data[0])
 
