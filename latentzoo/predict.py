@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["predict", "write_predictions", "Prediction", "MAX_DRAWS", "enumerated_log_lik",
+__all__ = ["predict", "write_predictions", "Prediction", "MAX_DRAWS", "per_draw", "enumerated_log_lik",
            "MAX_ENUMERATED_K"]
 
 MAX_DRAWS = 200  # posterior draws used (evenly spaced): the predictive's Monte Carlo error is small
@@ -43,27 +43,33 @@ class Prediction(NamedTuple):
 MAX_ENUMERATED_K = 12  # binary sources summed out exactly up to 2^12 states per row
 
 
+def per_draw(fn, idata, X_new, sites):
+    """``fn(X, *one_draw_of_sites)`` under every stored draw, as NumPy arrays shaped (chains,
+    draws, ...): one compiled program vmapped over the draws, the rows an argument of it (not a
+    constant folded in). ``fn`` returns an array or a tuple of them."""
+    import jax
+    import jax.numpy as jnp
+
+    arrays = [np.asarray(idata.posterior[s]) for s in sites]
+    lead = arrays[0].shape[:2]
+    flat = [a.reshape(-1, *a.shape[2:]) for a in arrays]
+    out = jax.jit(jax.vmap(fn, in_axes=(None,) + (0,) * len(flat)))(jnp.asarray(X_new), *flat)
+    shaped = [np.asarray(a).reshape(*lead, *np.shape(a)[1:]) for a in jax.tree_util.tree_leaves(out)]
+    return tuple(shaped) if isinstance(out, tuple) else shaped[0]
+
+
 def enumerated_log_lik(idata, X_new, sites, log_lik, *, family: str, K: int) -> dict:
     """``{"log_lik": (chains, draws, M)}`` for a binary-source family whose per-row likelihood
     sums its 2^K source states out exactly: ``log_lik(X, *draw_of_sites) -> (M,)`` under each
     stored draw. Complete rows only (the enumeration has no masked form yet), K up to
     :data:`MAX_ENUMERATED_K`; otherwise one ValueError sentence."""
-    import jax
-    import jax.numpy as jnp
-
     if np.isnan(X_new).any():
         raise ValueError(f"The {family} model scores complete rows only; the new data have "
                          f"{int(np.isnan(X_new).sum())} missing (NaN) entries.")
-    post = idata.posterior
-    arrays = [np.asarray(post[s]) for s in sites]
     if K > MAX_ENUMERATED_K:
         raise ValueError(f"The {family} run has K = {K} sources; exact scoring sums 2^K states "
                          f"per row and stops at K = {MAX_ENUMERATED_K}.")
-    lead = arrays[0].shape[:2]
-    flat = [a.reshape(-1, *a.shape[2:]) for a in arrays]
-    every_draw = jax.jit(jax.vmap(log_lik, in_axes=(None,) + (0,) * len(flat)))
-    ll = np.asarray(every_draw(jnp.asarray(X_new), *flat))
-    return {"log_lik": ll.reshape(*lead, -1)}
+    return {"log_lik": per_draw(log_lik, idata, X_new, sites)}
 
 
 def _new_rows(X_new, D: int) -> np.ndarray:

@@ -256,16 +256,10 @@ def fa_predict(idata, X_new):
     ``log_lik`` (chains, draws, M), the log density of each row's observed entries, and
     ``X_completed`` (chains, draws, M, D), its missing entries at their conditional mean."""
     from latentzoo.inference.fa.predict import masked_log_predictive
+    from latentzoo.predict import per_draw
 
-    post = idata.posterior
-    W, mu, psi = (np.asarray(post[k]) for k in ("W", "mu", "psi"))
-    lead = W.shape[:2]
-    flat = [a.reshape(-1, *a.shape[2:]) for a in (W, mu, psi)]
-    X = jnp.asarray(X_new)
-    # the rows are an argument of the compiled program, not a constant folded into it
-    every_draw = jax.jit(jax.vmap(masked_log_predictive, in_axes=(None, 0, 0, 0)))
-    ll, completed = (np.asarray(a) for a in every_draw(X, *flat))
-    return {"log_lik": ll.reshape(*lead, -1), "X_completed": completed.reshape(*lead, *X.shape)}
+    ll, completed = per_draw(masked_log_predictive, idata, X_new, ("W", "mu", "psi"))
+    return {"log_lik": ll, "X_completed": completed}
 
 
 def _fa_vb_check():

@@ -85,14 +85,10 @@ def mfa_predict(idata, X_new):
     """New rows under each stored draw: ``log_lik`` (chains, draws, M) of each row's observed
     entries under the mixture, ``X_completed`` (chains, draws, M, D) with missing entries at the
     mixture's conditional mean."""
-    post = idata.posterior
-    arrays = [np.asarray(post[k]) for k in ("pi", "W", "mu", "psi")]
-    lead = arrays[0].shape[:2]
-    flat = [a.reshape(-1, *a.shape[2:]) for a in arrays]
-    X = jnp.asarray(X_new)
-    every_draw = jax.jit(jax.vmap(_mfa_row_predictive, in_axes=(None, 0, 0, 0, 0)))
-    ll, completed = (np.asarray(a) for a in every_draw(X, *flat))
-    return {"log_lik": ll.reshape(*lead, -1), "X_completed": completed.reshape(*lead, *X.shape)}
+    from latentzoo.predict import per_draw
+
+    ll, completed = per_draw(_mfa_row_predictive, idata, X_new, ("pi", "W", "mu", "psi"))
+    return {"log_lik": ll, "X_completed": completed}
 
 
 def mixture_summaries(pi, W, mu, psi) -> dict:
