@@ -21,20 +21,29 @@ one run are comparable. Targets (issue "Real sizes"): compile <= 60 s, peak RSS 
 sweep linear in N·D·K. A point fit that converges early stops before ``S`` sweeps.
 
     python experiments/bench_scaling.py [--only rank-svm,fa] [--sweeps 20] [--json OUT]
+                                        [--jobs J] [--timeout SECONDS]
 
 Cells are listed in ``CELLS``; ``--only`` keeps the families named. A cell whose run fails is
-reported with its one-line error, not skipped silently.
+reported with its one-line error, not skipped silently; one that runs past ``--timeout`` is
+killed and reported as timed out (a hang shows as a row, not as a benchmark that never ends).
+``--jobs J`` runs J cells at once: on a machine with many cores (a GPU host) compilation, which
+is single-threaded, then overlaps, but the cells share the accelerator, so their per-sweep
+seconds are upper bounds; the JSON records ``jobs``. The JSON is rewritten after every cell, so
+an interrupted run keeps the cells it finished.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import platform
 import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -86,8 +95,9 @@ def make_data(family: str, size, folder: str, seed: int = 0) -> str:
     return path
 
 
-def run_cli(family, method, options, data, K, sweeps, folder):
-    """(stdout+stderr, peak RSS in GB, error or None) of one ``latentzoo run`` in a new process."""
+def run_cli(family, method, options, data, K, sweeps, folder, timeout=None):
+    """(stdout+stderr, peak RSS in GB, error or None) of one ``latentzoo run`` in a new process,
+    killed after ``timeout`` seconds."""
     argv = [sys.executable, "-m", "latentzoo.cli", "run", family, "--method", method,
             "--data", data, "--K", str(K), "--out", os.path.join(folder, "out"), "--chains", "1"]
     if method in POINT:
@@ -99,10 +109,23 @@ def run_cli(family, method, options, data, K, sweeps, folder):
     env = dict(os.environ, JAX_LOG_COMPILES="1")
     with tempfile.TemporaryFile("w+") as fout:
         proc = subprocess.Popen(argv, stdout=fout, stderr=subprocess.STDOUT, text=True, env=env)
-        _, status, usage = os.wait4(proc.pid, 0)  # this child's own peak RSS
+        start, timed_out = time.monotonic(), False
+        while True:  # this child's own exit status and peak RSS, polled so a hang can be ended
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if timeout is not None and time.monotonic() - start > timeout:
+                proc.kill()
+                _, status, usage = os.wait4(proc.pid, 0)
+                timed_out = True
+                break
+            time.sleep(0.2)
+        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
         fout.seek(0)
         text = fout.read()
-    if os.waitstatus_to_exitcode(status) != 0:
+    if timed_out:
+        return text, None, f"timed out after {timeout:.0f} s"
+    if proc.returncode != 0:
         lines = [line for line in text.replace("\r", "\n").splitlines() if line.strip()]
         return text, None, lines[-1] if lines else "no output"
     return text, usage.ru_maxrss / 2**20, None
@@ -123,10 +146,10 @@ def _sweeps_run(text: str, default: int) -> int:
     return int(found[-1]) if found else default
 
 
-def bench_cell(family, method, options, size, sweeps, folder):
+def bench_cell(family, method, options, size, sweeps, folder, timeout=None):
     K = K_OF.get(family, 10)
     data = make_data(family, size, folder)
-    text, rss, err = run_cli(family, method, options, data, K, sweeps, folder)
+    text, rss, err = run_cli(family, method, options, data, K, sweeps, folder, timeout)
     row = dict(family=family, method=method, options=options, size=list(size), K=K)
     if err is not None:
         return {**row, "error": err}
@@ -163,6 +186,12 @@ def main(argv=None):
     p.add_argument("--sweeps", type=int, default=200,
                    help="sweeps per run (MCMC: half warm-up, half draws)")
     p.add_argument("--json", default=os.path.join("runs", "bench_scaling.json"))
+    p.add_argument("--jobs", type=int, default=1,
+                   help="cells run at once (default 1: cells measured alone)")
+    p.add_argument("--min-elements", type=int, default=0,
+                   help="keep only cells with at least this many data values (N x D)")
+    p.add_argument("--timeout", type=float, default=None,
+                   help="seconds after which a cell's run is killed and reported as timed out")
     p.add_argument("--markdown", metavar="JSON",
                    help="print the cells of an earlier run's JSON file as a Markdown table")
     args = p.parse_args(argv)
@@ -178,31 +207,56 @@ def main(argv=None):
         return
     if args.sweeps < 4:
         usage_error(SCRIPT, f"--sweeps must be at least 4, got {args.sweeps}.")
+    if args.jobs < 1:
+        usage_error(SCRIPT, f"--jobs must be at least 1, got {args.jobs}.")
+    if args.timeout is not None and args.timeout <= 0:
+        usage_error(SCRIPT, f"--timeout must be positive, got {args.timeout}.")
     keep = {f for f in args.only.split(",") if f}
     unknown = keep - {c[0] for c in CELLS}
     if unknown:
         usage_error(SCRIPT, f"--only names unknown families {sorted(unknown)}.")
-    cells = [c for c in CELLS if not keep or c[0] in keep]
-    rows = []
+    cells = [c for c in CELLS if (not keep or c[0] in keep) and np.prod(c[3]) >= args.min_elements]
     print(f"{'family':9} {'method':6} {'options':8} {'size':12} {'fit s':>7} {'compile s':>9} "
-          f"{'s/sweep':>9} {'RSS GB':>7}  us/(N·D·K)")
+          f"{'s/sweep':>9} {'RSS GB':>7}  us/(N·D·K)", flush=True)
+    header = {"script": SCRIPT, "sweeps": args.sweeps, "jobs": args.jobs, "machine": machine()}
     start = time.perf_counter()
-    for family, method, options, size in cells:
+    rows = [None] * len(cells)
+    lock = threading.Lock()
+
+    def one(i):
+        family, method, options, size = cells[i]
         with tempfile.TemporaryDirectory() as folder:
-            row = bench_cell(family, method, options, size, args.sweeps, folder)
-        rows.append(row)
-        opts = ",".join(f"{v}" for v in options.values())
-        dims = "x".join(map(str, size))
-        if "error" in row:
-            print(f"{family:9} {method:6} {opts:8} {dims:12} failed: {row['error']}", flush=True)
-        else:
-            print(f"{family:9} {method:6} {opts:8} {dims:12} {row['fit_s']:7.1f} "
-                  f"{row['compile_s']:9.1f} {row['s_per_sweep']:9.4f} {row['peak_rss_gb']:7.2f}  "
-                  f"{1e6 * row['s_per_sweep_per_NDK']:.4f}", flush=True)
-    write_json(args.json, {"script": SCRIPT, "sweeps": args.sweeps, "cells": rows,
-                           "seconds": time.perf_counter() - start})
+            rows[i] = bench_cell(family, method, options, size, args.sweeps, folder, args.timeout)
+        with lock:
+            print(row_line(rows[i]), flush=True)
+            done = [r for r in rows if r is not None]  # the JSON after every cell: a stop keeps them
+            write_json(args.json, {**header, "cells": done, "seconds": time.perf_counter() - start})
+
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        list(pool.map(one, range(len(cells))))
     print(f"\nwrote {args.json}")
 
+
+def row_line(row) -> str:
+    """One printed line per cell."""
+    opts = ",".join(f"{v}" for v in row["options"].values())
+    dims = "x".join(map(str, row["size"]))
+    head = f"{row['family']:9} {row['method']:6} {opts:8} {dims:12}"
+    if "error" in row:
+        return f"{head} failed: {row['error']}"
+    return (f"{head} {row['fit_s']:7.1f} {row['compile_s']:9.1f} {row['s_per_sweep']:9.4f} "
+            f"{row['peak_rss_gb']:7.2f}  {1e6 * row['s_per_sweep_per_NDK']:.4f}")
+
+
+def machine() -> str:
+    """The CPU count and JAX's default device, for the JSON."""
+    try:
+        out = subprocess.run([sys.executable, "-c", "import jax; d = jax.devices()[0]; "
+                              "print(d.platform, getattr(d, 'device_kind', ''))"],
+                             capture_output=True, text=True, timeout=120).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        out = "unknown"
+    return f"{os.cpu_count()} CPU cores ({platform.machine()}), JAX device: {out or 'unknown'}"
 
 if __name__ == "__main__":
     main()
