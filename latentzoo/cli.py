@@ -91,6 +91,8 @@ def _build_parser() -> argparse.ArgumentParser:
                        "predictions.nc and predictions.csv")
     q.add_argument("run_dir")
     q.add_argument("--data", required=True, help="new rows (.csv/.npy/.npz); NaN marks a missing entry")
+    q.add_argument("--labels", help="a classifier's true labels of the new rows (.csv/.npy), for "
+                   "accuracy and log loss; a labelled model also reads them from a last column")
     q.add_argument("--out", required=True, help="folder for predictions.nc and predictions.csv")
     return p
 
@@ -365,10 +367,10 @@ def load_data(args, family, cfg):
         # well-formed data on a scale float64 cannot square: standardised, it can be fitted
         return kind.validate(kind.standardize(data), K=cfg.K, name=name)
     if args.standardize:
-        if not isinstance(data, tuple):  # a matrix: prediction applies the same transform
-            from latentzoo.data import standardize_scalers
+        from latentzoo.data import standardize_scalers
 
-            args.standardize_scalers = standardize_scalers(data)
+        # prediction applies the same transform to new rows (a labelled set's features)
+        args.standardize_scalers = standardize_scalers(data[0] if isinstance(data, tuple) else data)
         return kind.standardize(data)
     if kind.standardize is not None and not family.scale_free:
         note = scale_note(data[0] if isinstance(data, tuple) else data)
@@ -730,9 +732,26 @@ def _cmd_diagnose(args) -> int:
 
 # ------------------------------------------------------------------------------ predict
 def _cmd_predict(args) -> int:
-    from latentzoo.predict import predict, write_predictions
+    from latentzoo.predict import classify, predict, write_predictions
 
-    result = predict(args.run_dir, args.data)
+    data, y_true = args.data, None
+    if args.labels:
+        from latentzoo.data import load_array, load_labels
+
+        data, y_true = load_array(args.data), load_labels(args.labels)
+    result = predict(args.run_dir, data, labels_in_last_column=y_true is None)
+    if result.positive_probability is not None:
+        y_true = result.labels if y_true is None else y_true
+        table = write_predictions(args.out, result, y_true)
+        scores = classify(result, y_true)
+        counts = ", ".join(f"{(table['predicted'] == v).sum()} as {v!r}" for v in result.label_values)
+        line = f"{len(table)} rows classified ({counts}) over {result.posterior_draws} posterior draws"
+        if y_true is not None:
+            line += f"; accuracy {scores['accuracy']:.4f}, log loss {scores['log_loss']:.4f}"
+        print(line)
+        print(f"wrote {os.path.join(args.out, 'predictions.nc')}, "
+              f"{os.path.join(args.out, 'predictions.csv')}")
+        return 0
     table = write_predictions(args.out, result)
     lpd = table["log_predictive_density"]
     print(f"{len(table)} rows: mean log predictive density {lpd.mean():.4f} per row "

@@ -14,18 +14,25 @@ at most :data:`MAX_DRAWS` evenly spaced posterior draws, and returns:
 - ``imputed_mean`` (M, D): the new rows with each missing entry at its posterior predictive
   mean (the draws' conditional means averaged).
 
+A classifier (the rank SVM) returns class probabilities instead of densities: ``prob``
+(chains, draws, M) in the ``predictions`` group, p(y = +1 | θ_s, x) per draw, and
+``positive_probability`` (M,), their mean over draws (the posterior predictive), with
+``label_values``, the run's two labels in the user's own values (negative class first);
+:func:`classify` turns them into labels and, given true labels, accuracy and log loss.
+
 Families without ``predict`` are refused in one sentence that says so.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any, NamedTuple
 
 import numpy as np
 
 __all__ = ["predict", "write_predictions", "Prediction", "MAX_DRAWS", "per_draw", "enumerated_log_lik",
-           "MAX_ENUMERATED_K"]
+           "MAX_ENUMERATED_K", "classify"]
 
 MAX_DRAWS = 200  # posterior draws used (evenly spaced): the predictive's Monte Carlo error is small
 
@@ -34,10 +41,13 @@ class Prediction(NamedTuple):
     """What :func:`predict` returns (see the module docstring)."""
 
     idata: Any
-    log_predictive_density: np.ndarray
+    log_predictive_density: np.ndarray | None  # None for a classifier
     imputed_mean: np.ndarray | None
     posterior_draws: int
     imputed: int
+    positive_probability: np.ndarray | None = None  # a classifier's p(y = +1 | x), (M,)
+    label_values: tuple | None = None  # a classifier's labels, negative class first
+    labels: np.ndarray | None = None  # true labels read from the new data's last column
 
 
 MAX_ENUMERATED_K = 12  # binary sources summed out exactly up to 2^12 states per row
@@ -72,7 +82,8 @@ def enumerated_log_lik(idata, X_new, sites, log_lik, *, family: str, K: int) -> 
     return {"log_lik": per_draw(log_lik, idata, X_new, sites)}
 
 
-def _new_rows(X_new, D: int) -> np.ndarray:
+def _new_rows(X_new, D: int | None) -> np.ndarray:
+    """The new rows as a float64 (M, D) array (D None: any number of columns)."""
     from latentzoo.data import load_array
 
     X = load_array(X_new) if isinstance(X_new, str) else X_new
@@ -80,11 +91,11 @@ def _new_rows(X_new, D: int) -> np.ndarray:
         X = np.asarray(X, dtype=np.float64)
     except (TypeError, ValueError):
         raise ValueError("The new data must be numbers (NaN for a missing entry).") from None
-    if X.ndim == 1 and X.size == D:
+    if X.ndim == 1 and D is not None and X.size == D:
         X = X[None]
     if X.ndim != 2 or X.shape[0] < 1:
         raise ValueError(f"The new data must be a table of rows, got shape {X.shape}.")
-    if X.shape[1] != D:
+    if D is not None and X.shape[1] != D:
         raise ValueError(f"The new data have {X.shape[1]} columns; the run was fitted on {D}.")
     if np.isinf(X).any():
         raise ValueError(f"The new data hold {int(np.isinf(X).sum())} infinite value(s); "
@@ -104,9 +115,12 @@ def _thinned(idata, max_draws: int):
                            for k in post.data_vars})
 
 
-def predict(run_dir: str, X_new, *, max_draws: int = MAX_DRAWS) -> Prediction:
+def predict(run_dir: str, X_new, *, max_draws: int = MAX_DRAWS,
+            labels_in_last_column: bool = False) -> Prediction:
     """Score new rows (an array, or a file path) with the run in ``run_dir``; see the module
-    docstring. ValueError naming the problem for a run or rows it cannot score."""
+    docstring. ``labels_in_last_column``: for a classifier, new data with one column more than
+    the run's hold the true labels last (returned as ``labels``). ValueError naming the problem
+    for a run or rows it cannot score."""
     from scipy.special import logsumexp
 
     from latentzoo import arviz_adapter as azx
@@ -121,23 +135,38 @@ def predict(run_dir: str, X_new, *, max_draws: int = MAX_DRAWS) -> Prediction:
                          f"({attrs.get('latentzoo_model')!r}), so there is nothing to predict with.")
     if family.predict is None:
         raise ValueError(f"The {family.name} model cannot score new rows yet (latentzoo predict "
-                         "covers fa, mfa, cvq and noca); its docs say what it offers.")
-    if "observed_data" not in azx.group_names(idata) or "X" not in idata.observed_data:
-        raise ValueError(f"{run_dir}/posterior.nc holds no training data X, so the number of "
-                         "columns the run was fitted on is unknown.")
+                         "covers fa, mfa, cvq, noca and rank-svm); its docs say what it offers.")
+    D = _fitted_columns(idata, run_dir)
     if "latentzoo_standardized" not in attrs:
         raise ValueError(f"{run_dir}/posterior.nc was written before runs recorded whether their "
                          "columns were standardised, so new rows could be scored on the wrong "
                          "scale; run the fit again with this version to predict from it.")
-    D = int(idata.observed_data["X"].shape[-1])
-    X = _new_rows(X_new, D)
+    in_last = labels_in_last_column and family.data_kind.load_with_labels is not None
+    X = _new_rows(X_new, None if in_last else D)
+    labels = None
+    if in_last and X.shape[1] == D + 1:
+        X, labels = X[:, :-1], X[:, -1]
+    X = _new_rows(X, D)
     centre = scale = None
     if "constant_data" in azx.group_names(idata) and "standardize_scale" in idata.constant_data:
         centre = np.asarray(idata.constant_data["standardize_centre"])
         scale = np.asarray(idata.constant_data["standardize_scale"])
     Z = X if centre is None else (X - centre) / scale
     draws = _thinned(idata, max_draws)
-    out = family.predict(draws, Z)
+    out = dict(family.predict(draws, Z, idata))
+    index = out.pop("draw_index", None)
+    if index is not None:  # the family used these draws of each chain instead
+        draws = azx.from_draws({str(k): azx.posterior_array(idata, str(k))[:, index]
+                                for k in idata.posterior.data_vars})
+    meta = dict(latentzoo_model=family.name, latentzoo_method=attrs.get("latentzoo_method", ""),
+                latentzoo_predicted_from=os.path.abspath(run_dir))
+    if "prob" in out:  # a classifier
+        prob = np.asarray(out["prob"], dtype=np.float64)
+        S = prob.shape[0] * prob.shape[1]
+        azx.add_predictions(draws, {"prob": prob})
+        values = tuple(json.loads(attrs.get("latentzoo_label_values", "[-1, 1]")))
+        azx.set_posterior_attrs(draws, **meta, latentzoo_label_values=json.dumps(list(values)))
+        return Prediction(draws, None, None, S, 0, prob.reshape(S, -1).mean(0), values, labels)
     ll = np.asarray(out["log_lik"], dtype=np.float64)
     if scale is not None:  # densities of the data as given: the transform's Jacobian
         ll = ll - np.where(np.isnan(X), 0.0, np.log(scale)).sum(-1)
@@ -151,22 +180,76 @@ def predict(run_dir: str, X_new, *, max_draws: int = MAX_DRAWS) -> Prediction:
         imputed_mean = np.asarray(out["X_completed"]).reshape(S, *X.shape).mean(0)
         imputed_mean = np.where(np.isnan(X), imputed_mean, X)
     azx.add_predictions(draws, {k: np.asarray(v) for k, v in out.items()})
-    azx.set_posterior_attrs(draws, latentzoo_model=family.name,
-                            latentzoo_method=attrs.get("latentzoo_method", ""),
-                            latentzoo_predicted_from=os.path.abspath(run_dir))
+    azx.set_posterior_attrs(draws, **meta)
     return Prediction(draws, lpd, imputed_mean, S, int(np.isnan(X).sum()))
 
 
-def write_predictions(out_dir: str, result: Prediction):
+def _fitted_columns(idata, run_dir: str) -> int:
+    """The number of columns the run was fitted on: its observed ``X`` (or, for a family whose
+    observed sites are derived from the data, the recorded ``constant_data.X_model``)."""
+    from latentzoo import arviz_adapter as azx
+
+    groups = azx.group_names(idata)
+    if "observed_data" in groups and "X" in idata.observed_data:
+        return int(idata.observed_data["X"].shape[-1])
+    if "constant_data" in groups and "X_model" in idata.constant_data:
+        return int(idata.constant_data["X_model"].shape[-1])
+    raise ValueError(f"{run_dir}/posterior.nc holds no training data X, so the number of "
+                     "columns the run was fitted on is unknown (a run written before runs "
+                     "recorded it: fit again with this version to predict from it).")
+
+
+def classify(result: Prediction, y_true=None) -> dict:
+    """A classifier's predictions: ``predicted`` (M,) in the run's label values (the more
+    probable class; ties go to the negative class) and, with true labels ``y_true`` (M,) in
+    the same values, ``accuracy`` and ``log_loss`` (mean negative log posterior predictive
+    probability of the true label, probabilities clipped to [1e-15, 1 - 1e-15]). ValueError for
+    labels that are not the run's two."""
+    p = result.positive_probability
+    if p is None:
+        raise ValueError("These predictions are densities, not class probabilities.")
+    values = np.asarray(result.label_values)
+    out = {"predicted": values[(p > 0.5).astype(int)]}
+    if y_true is None:
+        return out
+    y = np.asarray(y_true).reshape(-1)
+    if y.shape[0] != p.shape[0]:
+        raise ValueError(f"{y.shape[0]} labels were given for {p.shape[0]} new rows.")
+    try:
+        y = y.astype(values.dtype)
+    except (TypeError, ValueError):
+        raise ValueError(f"The labels must be the run's label values {values.tolist()}.") from None
+    other = sorted(set(np.unique(y).tolist()) - set(values.tolist()))
+    if other:
+        raise ValueError(f"The labels hold {other[:3]}, which are not the run's label values "
+                         f"{values.tolist()}.")
+    positive = y == values[1]
+    q = np.clip(np.where(positive, p, 1.0 - p), 1e-15, 1.0)
+    return {**out, "accuracy": float(np.mean(out["predicted"] == y)),
+            "log_loss": float(-np.mean(np.log(q)))}
+
+
+def write_predictions(out_dir: str, result: Prediction, y_true=None):
     """``predictions.nc`` (the InferenceData) and ``predictions.csv`` (one row per new row:
-    ``log_predictive_density``, then the completed entries where some were missing) into
-    ``out_dir``, together through a staging folder. Returns the table."""
+    ``log_predictive_density``, then the completed entries where some were missing; for a
+    classifier ``probability_of_<positive label>``, ``predicted`` and, given ``y_true``, the
+    ``label``, with accuracy and log loss in the attributes) into ``out_dir``, together
+    through a staging folder. Returns the table."""
     import pandas as pd
 
     from latentzoo import arviz_adapter as azx
     from latentzoo.results import atomic_write_text, staged_run_dir, writing
 
-    table = pd.DataFrame({"log_predictive_density": result.log_predictive_density})
+    if result.positive_probability is not None:
+        scores = classify(result, y_true)
+        table = pd.DataFrame({f"probability_of_{_label_text(result.label_values[1])}":
+                              result.positive_probability, "predicted": scores["predicted"]})
+        if y_true is not None:
+            table["label"] = np.asarray(y_true).reshape(-1)
+            azx.set_posterior_attrs(result.idata, latentzoo_accuracy=scores["accuracy"],
+                                    latentzoo_log_loss=scores["log_loss"])
+    else:
+        table = pd.DataFrame({"log_predictive_density": result.log_predictive_density})
     if result.imputed and result.imputed_mean is not None:
         cols = pd.DataFrame(result.imputed_mean,
                             columns=[f"x{d}" for d in range(result.imputed_mean.shape[1])])
@@ -177,3 +260,10 @@ def write_predictions(out_dir: str, result: Prediction):
         with writing(os.path.join(out_dir, "predictions.csv"), out_dir):
             atomic_write_text(os.path.join(stage, "predictions.csv"), table.to_csv(index_label="row"))
     return table
+
+
+def _label_text(value) -> str:
+    """A label value as a column name's suffix: 1.0 -> "1", "cat" -> "cat"."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)

@@ -204,10 +204,13 @@ class Family(NamedTuple):
         scale_free: True when the family's runners do not depend on the columns' scale (they
             use ranks, or standardise themselves): the CLI's note on far-from-unit-scale data
             does not apply.
-        predict: ``(idata, X_new (M, D) with NaN for missing entries) -> dict`` of arrays
-            (chains, draws, M, ...) per posterior draw, with at least ``log_lik`` (chains, draws,
-            M): each new row's log density (of its observed entries) under each draw, and
-            ``X_completed`` (chains, draws, M, D) where the family imputes; used by
+        predict: ``(draws, X_new (M, D) with NaN for missing entries, run) -> dict`` of arrays
+            (chains, draws, M, ...) per posterior draw (``draws``: the thinned posterior;
+            ``run``: the whole saved run, for what it recorded in ``constant_data``): a density
+            model returns ``log_lik`` (chains, draws, M), each new row's log density (of its
+            observed entries) under each draw, and ``X_completed`` (chains, draws, M, D) where
+            it imputes; a classifier returns ``prob`` (chains, draws, M), p(y = +1 | θ_s, x),
+            and may return ``draw_index`` (the draws of each chain it used instead); used by
             :func:`latentzoo.predict.predict`. None: the family cannot score new rows yet.
     """
 

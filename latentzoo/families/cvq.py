@@ -125,7 +125,7 @@ CVQ_CHECKS = FamilyChecks(
     edge_model_kwargs=(dict(N=1, D=1, K=1),),
 )
 
-def cvq_predict(idata, X_new):
+def cvq_predict(idata, X_new, run=None):
     """New complete rows under each stored draw: ``log_lik`` (chains, draws, M), the sources
     summed out over their 2^K states (:func:`~latentzoo.inference.cvq.em.cvq_exact_loglik`)."""
     from latentzoo.inference.cvq.em import cvq_exact_loglik

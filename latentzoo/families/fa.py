@@ -251,7 +251,7 @@ def fa_posterior_predictive(idata, rng_seed=0, max_draws=200):
     return {"X": (mu[pick][:, None, :] + z @ np.swapaxes(W[pick], -1, -2) + eps)[None]}
 
 
-def fa_predict(idata, X_new):
+def fa_predict(idata, X_new, run=None):
     """New rows under each stored draw (:func:`latentzoo.inference.fa.predict.masked_log_predictive`):
     ``log_lik`` (chains, draws, M), the log density of each row's observed entries, and
     ``X_completed`` (chains, draws, M, D), its missing entries at their conditional mean."""

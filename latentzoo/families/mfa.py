@@ -81,7 +81,7 @@ def _mfa_row_predictive(X, pi, W, mu, psi):
     return total, jnp.einsum("jn,jnd->nd", resp, completed)
 
 
-def mfa_predict(idata, X_new):
+def mfa_predict(idata, X_new, run=None):
     """New rows under each stored draw: ``log_lik`` (chains, draws, M) of each row's observed
     entries under the mixture, ``X_completed`` (chains, draws, M, D) with missing entries at the
     mixture's conditional mean."""

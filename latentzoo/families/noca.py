@@ -101,7 +101,7 @@ def _noca_vb_check():
 # where the two hand-derived updates are the whole kernel, each with a broken twin that fails.
 NOCA_CHECKS = FamilyChecks(model_kwargs=dict(N=10, D=5, K=2), vb=_noca_vb_check)
 
-def noca_predict(idata, X_new):
+def noca_predict(idata, X_new, run=None):
     """New complete binary rows under each stored draw: ``log_lik`` (chains, draws, M), the
     sources summed out over their 2^K states (:func:`~latentzoo.inference.noca.noca_exact_loglik`)."""
     from latentzoo.inference.noca import noca_exact_loglik

@@ -26,7 +26,7 @@ from latentzoo.models.rank_factor_svm import (
 )
 from latentzoo.registry import Family, FamilyChecks, Method, Option, register
 
-__all__ = ["RANK_SVM"]
+__all__ = ["RANK_SVM", "rank_svm_predict"]
 
 # Large per-row or per-pair latents stay out of the result files (their size would grow with
 # N·D); the factors' signs are not identified, so z and A are summarised through w and u.
@@ -37,9 +37,12 @@ UNCOLLECTED = ("lam_rank", "lam_svm", "eta_a", "xi_a", "e_beta", "b_beta")  # of
 
 
 def _prepare(data, cfg):
-    """(X, y as -1/+1, variant, T); the G variants get centred, scaled columns (their model has
-    no mean; a constant column stays 0), the R variants each column's values in at most
-    ``levels`` groups (0: every distinct value; see RankFactorSVC's ``levels``)."""
+    """(X, y as -1/+1, variant, T, transform); the G variants get centred, scaled columns (their
+    model has no mean; a constant column stays 0), the R variants each column's values in at most
+    ``levels`` groups (0: every distinct value; see RankFactorSVC's ``levels``). ``transform``
+    is what new rows need to get the same treatment, as constant_data arrays (no chain/draw
+    axes): ``standardize_centre``/``standardize_scale`` (D,) for G, ``rank_cuts`` (D, levels - 1,
+    padded with +inf) for R with levels, and ``X_model`` (N, D), the features the model saw."""
     from latentzoo.inference.rank_svm.fit import binary_labels
 
     X, y = data
@@ -47,12 +50,42 @@ def _prepare(data, cfg):
     levels = int(cfg.options.get("levels", LEVELS))
     if levels == 1 or levels < 0:
         raise ValueError(f"--levels must be 0 (every value) or at least 2, got {levels}.")
+    transform = {}
     if variant.startswith("G"):
         sd = X.std(0)
-        X = (X - X.mean(0)) / np.where(sd > 0, sd, 1.0)
+        centre, scale = X.mean(0), np.where(sd > 0, sd, 1.0)
+        X = (X - centre) / scale
+        transform = {"standardize_centre": centre, "standardize_scale": scale}
     elif levels:
-        X = coarsen_ranks(X, rank_cuts(X, levels))
-    return X, binary_labels(y), variant, int(cfg.options.get("T", 5))
+        cuts = rank_cuts(X, levels)
+        X = coarsen_ranks(X, cuts)
+        padded = np.full((len(cuts), levels - 1), np.inf)
+        for j, c in enumerate(cuts):
+            padded[j, : len(c)] = c
+        transform = {"rank_cuts": padded}
+    transform["X_model"] = X
+    return X, binary_labels(y), variant, int(cfg.options.get("T", 5)), transform
+
+
+MAX_Z_BYTES = 32 * 2**20  # the R variants' stored training factor scores (float32), at most
+MAX_Z_DRAWS = 100  # ... and at most this many posterior draws of them in all
+
+
+def _prediction_data(idata, transform, z=None):
+    """Record what predicting new rows needs (see :func:`_prepare`) in ``constant_data``; for
+    the R variants also the training factor scores z of evenly spaced draws (``z_for_prediction``
+    (chains, P, N, K) float32 and ``z_draw_index`` (P,), positions in each chain of the stored
+    posterior): the rank predictive places a new row among the training rows' scores of the
+    same draw. ``z``: (chains, draws, N, K) from the sampler, or None (a point fit stores its z)."""
+    data = dict(transform)
+    if z is not None:
+        z = np.asarray(z)
+        chains, draws = z.shape[:2]
+        per_draw = z[0, 0].size * 4
+        keep = max(1, min(draws, MAX_Z_DRAWS // chains, MAX_Z_BYTES // max(1, per_draw * chains)))
+        index = np.unique(np.linspace(0, draws - 1, keep).round().astype(int))
+        data.update(z_for_prediction=z[:, index].astype(np.float32), z_draw_index=index)
+    return azx.add_constant_data(idata, data)
 
 
 def _label_values(data) -> str:
@@ -74,7 +107,7 @@ def _run_mcmc(data, cfg, *, nuts: bool):
     from latentzoo.inference.gibbs import ConjugateGibbs
     from latentzoo.inference.rank_svm import bind_static, initial_values, rank_svm_updates
 
-    X, y, variant, T = _prepare(data, cfg)
+    X, y, variant, T, transform = _prepare(data, cfg)
     if cfg.quick:
         cfg = cfg._replace(samples=min(cfg.samples, 100), warmup=min(cfg.warmup, 100))
     obs, kw = observed_data(X, y, variant)
@@ -96,9 +129,11 @@ def _run_mcmc(data, cfg, *, nuts: bool):
     skip = [s for s in UNCOLLECTED if s in init]
     mcmc = runs.run_mcmc(kernel, cfg, obs, init_params=init, extra_fields=tuple(f"~z.{s}" for s in skip),
                          **tables)
-    u = mcmc.get_samples(group_by_chain=True)["u"]
+    samples = mcmc.get_samples(group_by_chain=True)
+    u = samples["u"]
     idata = runs.mcmc_idata(mcmc, drop=DROP, log_likelihood={"y": _hinge_loglik(y, u)})
     azx.set_posterior_attrs(idata, latentzoo_label_values=_label_values(data))
+    _prediction_data(idata, transform, None if variant.startswith("G") else samples["z"])
     return _with_label_predictive(idata, y, u, cfg.seed)
 
 
@@ -118,12 +153,57 @@ def _with_label_predictive(idata, y, u, seed):
 def _run_vb(data, cfg):
     from latentzoo.inference.rank_svm.vb import fit_vb
 
-    X, y, variant, T = _prepare(data, cfg)
+    X, y, variant, T, transform = _prepare(data, cfg)
     sweeps, restarts = runs.point_sizes(cfg, restarts=1)
     fit = fit_vb(X, y, variant=variant, K=cfg.K, T=T, num_steps=sweeps, seed=cfg.seed,
                  restarts=restarts, progress_bar=cfg.progress)
     idata = runs.guide_point_idata(fit, X)
+    _prediction_data(idata, transform)
     return azx.set_posterior_attrs(idata, latentzoo_label_values=_label_values(data))
+
+
+def rank_svm_predict(draws, X_new, run):
+    """Class probabilities of new rows under each posterior draw: ``{"prob": (chains, draws,
+    M)}``, p(y* = +1 | θ_s, x*) by :func:`latentzoo.inference.rank_svm.predict.posterior_predictive`
+    (the new rows' factor scores drawn from their conditional given each draw; R variants place
+    each row among the same draw's training scores). ``draws``: the thinned posterior;
+    ``X_new``: new rows on the user's scale (the G variants' stored standardisation has been
+    applied by :func:`latentzoo.predict.predict`; the R variants' value groups are applied
+    here, after the run's --standardize transform if it had one: the CLI records that
+    transform over the G variants' own, which is then the identity); ``run``: the whole saved
+    run. The R variants use the draws whose training scores the
+    run stored and return their positions as ``draw_index``."""
+    import json
+
+    from latentzoo.inference.rank_svm.predict import posterior_predictive
+
+    attrs = azx.posterior_attrs(run)
+    if np.isnan(X_new).any():
+        raise ValueError(f"The rank SVM classifies complete rows only; the new data have "
+                         f"{int(np.isnan(X_new).sum())} missing (NaN) entries.")
+    variant = json.loads(attrs.get("latentzoo_options", "{}")).get("variant", "R-L")
+    priors = json.loads(attrs.get("latentzoo_priors", "{}"))
+    epsilon = float(priors.get("epsilon", 1.0))
+    const = run.constant_data
+    X_model = np.asarray(const["X_model"])
+    index = None
+    if variant.startswith("R"):
+        if "rank_cuts" in const:
+            X_new = coarsen_ranks(X_new, [c[np.isfinite(c)] for c in np.asarray(const["rank_cuts"])])
+        if "z" in run.posterior:  # a point fit: its estimate of z
+            draws = run
+        else:
+            index = np.asarray(const["z_draw_index"])
+            draws = run.posterior.isel(draw=index)
+    post = draws.posterior if hasattr(draws, "posterior") else draws
+    chains, num = post.sizes["chain"], post.sizes["draw"]
+    flat = {k: np.asarray(post[k]).reshape(chains * num, *post[k].shape[2:]) for k in post.data_vars}
+    if index is not None:
+        z = np.asarray(const["z_for_prediction"], dtype=np.float64)
+        flat["z"] = z.reshape(chains * num, *z.shape[2:])
+    out = posterior_predictive(flat, X_model, X_new, variant=variant, priors={"epsilon": epsilon})
+    prob = np.asarray(out["prob"]).reshape(chains, num, -1)
+    return {"prob": prob} if index is None else {"prob": prob, "draw_index": index}
 
 
 def _checks_design(N, D, K=2, T=3, seed=0, **priors):
@@ -207,6 +287,7 @@ RANK_SVM = register(
         identified=("Phi_tilde_a", "Phi_tilde_beta", "Phi_beta"),
         trace_sites=("Phi_tilde_a", "Phi_beta"),
         posterior_predictive=None,
+        predict=rank_svm_predict,
         default_K=5,
         docs="models/rank_factor_svm.md",
         checks=RANK_SVM_CHECKS,
