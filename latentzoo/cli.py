@@ -93,6 +93,8 @@ def _build_parser() -> argparse.ArgumentParser:
     q.add_argument("--data", required=True, help="new rows (.csv/.npy/.npz); NaN marks a missing entry")
     q.add_argument("--labels", help="a classifier's true labels of the new rows (.csv/.npy), for "
                    "accuracy and log loss; a labelled model also reads them from a last column")
+    q.add_argument("--layout", choices=("NHWC", "NCHW"),
+                   help="an image model's new stack of 4 axes: channels last (NHWC) or first (NCHW)")
     q.add_argument("--out", required=True, help="folder for predictions.nc and predictions.csv")
     return p
 
@@ -739,7 +741,15 @@ def _cmd_predict(args) -> int:
         from latentzoo.data import load_array, load_labels
 
         data, y_true = load_array(args.data), load_labels(args.labels)
-    result = predict(args.run_dir, data, labels_in_last_column=y_true is None)
+    result = predict(args.run_dir, data, labels_in_last_column=y_true is None, layout=args.layout)
+    if result.restored is not None:
+        table = write_predictions(args.out, result)
+        task = f"inpainted ({result.imputed} missing pixels)" if result.imputed else "denoised"
+        print(f"{len(table)} images {task} with {result.posterior_draws} posterior draws of the "
+              f"dictionary; inferred noise sd: mean {table['noise_sd'].mean():.4g}")
+        print("wrote " + ", ".join(os.path.join(args.out, f) for f in
+                                   ("restored.npy", "restored.png", "predictions.nc", "predictions.csv")))
+        return 0
     if result.positive_probability is not None:
         y_true = result.labels if y_true is None else y_true
         table = write_predictions(args.out, result, y_true)

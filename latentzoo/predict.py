@@ -48,6 +48,7 @@ class Prediction(NamedTuple):
     positive_probability: np.ndarray | None = None  # a classifier's p(y = +1 | x), (M,)
     label_values: tuple | None = None  # a classifier's labels, negative class first
     labels: np.ndarray | None = None  # true labels read from the new data's last column
+    restored: dict | None = None  # an image model's {"image", "noise_sd" (N,), "missing" (N,)}
 
 
 MAX_ENUMERATED_K = 12  # binary sources summed out exactly up to 2^12 states per row
@@ -116,11 +117,12 @@ def _thinned(idata, max_draws: int):
 
 
 def predict(run_dir: str, X_new, *, max_draws: int = MAX_DRAWS,
-            labels_in_last_column: bool = False) -> Prediction:
+            labels_in_last_column: bool = False, layout: str | None = None) -> Prediction:
     """Score new rows (an array, or a file path) with the run in ``run_dir``; see the module
     docstring. ``labels_in_last_column``: for a classifier, new data with one column more than
-    the run's hold the true labels last (returned as ``labels``). ValueError naming the problem
-    for a run or rows it cannot score."""
+    the run's hold the true labels last (returned as ``labels``). ``layout``: an image model's
+    axes of a 4-D stack (NHWC / NCHW). ValueError naming the problem for a run or rows it cannot
+    score."""
     from scipy.special import logsumexp
 
     from latentzoo import arviz_adapter as azx
@@ -135,7 +137,21 @@ def predict(run_dir: str, X_new, *, max_draws: int = MAX_DRAWS,
                          f"({attrs.get('latentzoo_model')!r}), so there is nothing to predict with.")
     if family.predict is None:
         raise ValueError(f"The {family.name} model cannot score new rows yet (latentzoo predict "
-                         "covers fa, mfa, cvq, noca and rank-svm); its docs say what it offers.")
+                         "covers fa, mfa, cvq, noca, rank-svm and cfa); its docs say what it offers.")
+    meta = dict(latentzoo_model=family.name, latentzoo_method=attrs.get("latentzoo_method", ""),
+                latentzoo_predicted_from=os.path.abspath(run_dir))
+    if family.data_kind.name == "image stack":  # restore new images with the run's dictionary
+        from latentzoo.data import load_array
+
+        images = load_array(X_new, exts=(".npy", ".npz")) if isinstance(X_new, str) else X_new
+        out = family.predict(idata, images, idata, layout=layout)
+        draws = azx.from_draws({"noise_sd": out["noise_sd"]})
+        azx.add_predictions(draws, {"noise_sd": out["noise_sd"]})
+        azx.set_posterior_attrs(draws, **meta)
+        restored = {"image": out["image"], "noise_sd": out["noise_sd"].mean((0, 1)),
+                    "missing": out["missing"]}
+        return Prediction(draws, None, None, out["noise_sd"].shape[1], int(out["missing"].sum()),
+                          restored=restored)
     D = _fitted_columns(idata, run_dir)
     if "latentzoo_standardized" not in attrs:
         raise ValueError(f"{run_dir}/posterior.nc was written before runs recorded whether their "
@@ -158,8 +174,6 @@ def predict(run_dir: str, X_new, *, max_draws: int = MAX_DRAWS,
     if index is not None:  # the family used these draws of each chain instead
         draws = azx.from_draws({str(k): azx.posterior_array(idata, str(k))[:, index]
                                 for k in idata.posterior.data_vars})
-    meta = dict(latentzoo_model=family.name, latentzoo_method=attrs.get("latentzoo_method", ""),
-                latentzoo_predicted_from=os.path.abspath(run_dir))
     if "prob" in out:  # a classifier
         prob = np.asarray(out["prob"], dtype=np.float64)
         S = prob.shape[0] * prob.shape[1]
@@ -240,6 +254,8 @@ def write_predictions(out_dir: str, result: Prediction, y_true=None):
     from latentzoo import arviz_adapter as azx
     from latentzoo.results import atomic_write_text, staged_run_dir, writing
 
+    if result.restored is not None:
+        return _write_images(out_dir, result)
     if result.positive_probability is not None:
         scores = classify(result, y_true)
         table = pd.DataFrame({f"probability_of_{_label_text(result.label_values[1])}":
@@ -260,6 +276,53 @@ def write_predictions(out_dir: str, result: Prediction, y_true=None):
         with writing(os.path.join(out_dir, "predictions.csv"), out_dir):
             atomic_write_text(os.path.join(stage, "predictions.csv"), table.to_csv(index_label="row"))
     return table
+
+
+def _write_images(out_dir: str, result: Prediction):
+    """An image model's predictions: ``restored.npy`` (the clean images, in the input's
+    layout), ``restored.png`` (the first 16, each on its own grey scale), ``predictions.csv``
+    (per image: noise sd, missing pixels) and ``predictions.nc``. Returns the table."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from latentzoo import arviz_adapter as azx
+    from latentzoo.results import atomic_savefig, atomic_write, atomic_write_text, staged_run_dir, writing
+
+    images = np.asarray(result.restored["image"])
+    table = pd.DataFrame({"noise_sd": result.restored["noise_sd"],
+                          "missing_pixels": result.restored["missing"]})
+    shown = images[:16]
+    cols = min(4, len(shown))
+    rows = -(-len(shown) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(2.2 * cols, 2.2 * rows), squeeze=False)
+    for ax, img in zip(axes.flat, shown):
+        if img.ndim == 3 and img.shape[-1] in (3, 4):  # channels last: a colour image
+            lo, hi = float(img.min()), float(img.max())
+            ax.imshow((img - lo) / max(hi - lo, 1e-12))
+        else:
+            ax.imshow(img if img.ndim == 2 else img.mean(0), cmap="gray")
+    for ax in axes.flat:
+        ax.set_axis_off()
+    fig.tight_layout()
+    with staged_run_dir(out_dir) as stage:
+        for name, write in (
+            ("restored.npy", lambda p: atomic_write(p, lambda tmp: _save_npy(tmp, images))),
+            ("restored.png", lambda p: atomic_savefig(fig, p)),
+            ("predictions.nc", lambda p: azx.save(result.idata, p)),
+            ("predictions.csv", lambda p: atomic_write_text(p, table.to_csv(index_label="image"))),
+        ):
+            with writing(os.path.join(out_dir, name), out_dir):
+                write(os.path.join(stage, name))
+    plt.close(fig)
+    return table
+
+
+def _save_npy(path: str, array) -> None:
+    with open(path, "wb") as fh:  # a file object: np.save would add ".npy" to a bare name
+        np.save(fh, array)
 
 
 def _label_text(value) -> str:

@@ -34,7 +34,9 @@ from latentzoo.models.conv_factor import conv_factor, reconstruct
 from .gibbs import cfa_updates
 from .stack import initial_values
 
-__all__ = ["impute_missing", "restore", "Restored", "psnr"]
+__all__ = ["impute_missing", "restore", "restore_with_atoms", "Restored", "psnr", "HELD_SITES"]
+
+HELD_SITES = ("d", "pi", "beta")  # what restore_with_atoms holds at a fitted run's values
 
 
 class Restored(NamedTuple):
@@ -76,10 +78,12 @@ def _chain(state, X, observed, *, model, table, burn_in, draws):
     return tuple(a / draws for a in acc)
 
 
-def _compile(K, atom_shape, burn_in, draws, options, shape, dtype, priors=None):
-    """The chain for these sizes, lowered and compiled ahead of the timed run."""
+def _compile(K, atom_shape, burn_in, draws, options, shape, dtype, priors=None, held=()):
+    """The chain for these sizes, lowered and compiled ahead of the timed run; the updates of
+    the sites in ``held`` are left out of the sweep (those sites keep their starting values)."""
     model = partial(conv_factor, K=K, atom_shape=atom_shape, priors=priors)
-    table = tuple(cfa_updates(**dict(options)))
+    table = tuple(u for u in cfa_updates(**dict(options))
+                  if not set(getattr(u, "sites", ())) & set(held))
     fn = jax.jit(partial(_chain, model=model, table=table, burn_in=burn_in, draws=draws))
     X = jax.ShapeDtypeStruct(shape, jnp.dtype(dtype))
     init = jax.eval_shape(lambda x, k: SweepState(initial_values(x, K, atom_shape, k), k,
@@ -100,6 +104,62 @@ def restore(X, observed=None, *, K: int, atom_shape=(8, 8), burn_in: int = 100, 
     docstring). ``table_options`` go to :func:`.gibbs.cfa_updates` (the exact sampler by
     default).
     """
+    X, observed, X0 = _checked_images(X, observed, atom_shape, burn_in, draws)
+    h, w = atom_shape
+    key, k0 = jax.random.split(jax.random.PRNGKey(seed))
+    state = SweepState(initial_values(X0, K, (h, w), k0), key, jnp.zeros((), X.dtype),
+                       jnp.zeros((), bool))
+    options = tuple(sorted(table_options.items()))
+    if priors is None:  # same sizes and options: reuse the compiled chain (denoise, then inpaint)
+        run = _compiled(int(K), (int(h), int(w)), int(burn_in), int(draws), options,
+                        X.shape, X.dtype.name)
+    else:
+        run = _compile(int(K), (h, w), burn_in, draws, options, X.shape, X.dtype.name, priors)
+    t = time.perf_counter()
+    image, b, sd = jax.block_until_ready(run(state, X0, observed))
+    return Restored(np.asarray(image), np.asarray(b).mean(0), np.asarray(sd),
+                    time.perf_counter() - t)
+
+
+def restore_with_atoms(X, observed=None, *, d, pi, burn_in: int = 100, draws: int = 50,
+                       seed: int = 0, priors=None, **table_options) -> Restored:
+    """Posterior-mean clean images of new images X (N, C, H, W) under a fitted dictionary: the
+    atoms ``d`` (K, C, h, w) and element probabilities ``pi`` (K,) of one posterior draw of a
+    run (what ``latentzoo predict`` uses) are held fixed (:data:`HELD_SITES`), and the new
+    images' maps W, switches b, map precisions alpha and noise precisions gamma are drawn
+    from their full conditionals by the same exact updates as the fit (the table of
+    :func:`.gibbs.cfa_updates` without the atoms', pi's and beta's updates), missing pixels
+    imputed every sweep as in :func:`restore`. Images of any height and width at least the
+    atoms' fit; C must be the atoms' channels."""
+    d = jnp.asarray(d, jnp.float64)
+    if d.ndim != 4:
+        raise ValueError(f"the atoms must be shaped (K, C, h, w), got shape {d.shape}.")
+    K, C, h, w = d.shape
+    if np.ndim(X) == 4 and np.shape(X)[1] != C:
+        raise ValueError(f"the images have {np.shape(X)[1]} channels; the atoms were fitted "
+                         f"on {C}.")
+    X, observed, X0 = _checked_images(X, observed, (h, w), burn_in, draws)
+    key, k0 = jax.random.split(jax.random.PRNGKey(seed))
+    start = {**initial_values(X0, K, (h, w), k0), "d": d,
+             "pi": jnp.broadcast_to(jnp.asarray(pi, jnp.float64), (K,))}
+    state = SweepState(start, key, jnp.zeros((), X.dtype), jnp.zeros((), bool))
+    options = tuple(sorted(table_options.items()))
+    if priors is None:  # one compiled chain for every draw of the same sizes
+        run = _compiled(int(K), (int(h), int(w)), int(burn_in), int(draws), options,
+                        X.shape, X.dtype.name, None, HELD_SITES)
+    else:
+        run = _compile(int(K), (h, w), burn_in, draws, options, X.shape, X.dtype.name, priors,
+                       HELD_SITES)
+    t = time.perf_counter()
+    image, b, sd = jax.block_until_ready(run(state, X0, observed))
+    return Restored(np.asarray(image), np.asarray(b).mean(0), np.asarray(sd),
+                    time.perf_counter() - t)
+
+
+def _checked_images(X, observed, atom_shape, burn_in, draws):
+    """(X, observed, X0): the images as float64 (N, C, H, W), the mask of observed pixels, and
+    the images with each missing pixel at its image's mean over observed ones. One ValueError
+    sentence for anything a chain cannot start from."""
     X = jnp.asarray(X, jnp.float64)
     if X.ndim != 4:
         raise ValueError(f"restore needs images shaped (N, C, H, W), got shape {X.shape}.")
@@ -117,20 +177,7 @@ def restore(X, observed=None, *, K: int, atom_shape=(8, 8), burn_in: int = 100, 
     if not (1 <= h <= X.shape[2] and 1 <= w <= X.shape[3]):
         raise ValueError(f"atoms {h}x{w} do not fit in {X.shape[2]}x{X.shape[3]} images.")
     fill = (jnp.where(observed, X, 0.0).sum((1, 2, 3)) / counts)[:, None, None, None]
-    X0 = jnp.where(observed, X, fill)
-    key, k0 = jax.random.split(jax.random.PRNGKey(seed))
-    state = SweepState(initial_values(X0, K, (h, w), k0), key, jnp.zeros((), X.dtype),
-                       jnp.zeros((), bool))
-    options = tuple(sorted(table_options.items()))
-    if priors is None:  # same sizes and options: reuse the compiled chain (denoise, then inpaint)
-        run = _compiled(int(K), (int(h), int(w)), int(burn_in), int(draws), options,
-                        X.shape, X.dtype.name)
-    else:
-        run = _compile(int(K), (h, w), burn_in, draws, options, X.shape, X.dtype.name, priors)
-    t = time.perf_counter()
-    image, b, sd = jax.block_until_ready(run(state, X0, observed))
-    return Restored(np.asarray(image), np.asarray(b).mean(0), np.asarray(sd),
-                    time.perf_counter() - t)
+    return X, observed, jnp.where(observed, X, fill)
 
 
 def psnr(clean, estimate, peak: float = 255.0) -> float:

@@ -19,7 +19,8 @@ from latentzoo.data import IMAGE_STACK
 from latentzoo.models.conv_factor import as_channels_first, conv_factor, default_cfa_data, reconstruct
 from latentzoo.registry import Family, FamilyChecks, Method, Option, register
 
-__all__ = ["CFA", "CFA_TEST_FUNCTIONS", "CFA_CHECK_PRIORS", "cfa_random_priors", "image_stack"]
+__all__ = ["CFA", "CFA_TEST_FUNCTIONS", "CFA_CHECK_PRIORS", "cfa_random_priors", "image_stack",
+           "channels_first", "from_channels_first", "cfa_predict"]
 
 # Per-image maps, their precisions and the element switches grow with N·K·H·W: they stay out of
 # the result files (never collected); the atoms and usages are kept (their size is K·C·h·w), and
@@ -32,8 +33,19 @@ def image_stack(data, cfg) -> np.ndarray:
     ``--layout NHWC|NCHW`` says it, and without it only a stack that is plainly channels-last
     (at most 4 channels last, a longer second axis: (N, 32, 32, 3)) is read; any other shape is
     refused with one sentence asking for ``--layout``. K is bounded before anything compiles."""
+    X, _ = channels_first(data, cfg.options.get("layout"))
+    values = int(np.prod(X.shape[1:]))
+    if cfg.K < 1 or cfg.K > values:
+        raise ValueError(f"--K must be between 1 and {values} (the values in one image, "
+                         f"{X.shape[1]} x {X.shape[2]} x {X.shape[3]}), got {cfg.K}.")
+    return X
+
+
+def channels_first(data, layout=None):
+    """``(X (N, C, H, W) float64, layout)``: a stack (N, H, W) or (N, H, W, C) / (N, C, H, W) as
+    the model takes it, and the layout it was read in ("NHW", "NHWC" or "NCHW"; see
+    :func:`image_stack` for when a 4-D stack needs ``layout``)."""
     X = np.asarray(data, dtype=np.float64)
-    layout = cfg.options.get("layout")
     if X.ndim == 4:
         if layout is None:
             if not X.shape[-1] <= 4 < X.shape[1]:
@@ -42,14 +54,61 @@ def image_stack(data, cfg) -> np.ndarray:
                     "pass --layout NHWC for (images, height, width, channels) or --layout NCHW "
                     "for (images, channels, height, width).")
             layout = "NHWC"
-        X = as_channels_first(X) if layout == "NHWC" else X
-    else:
-        X = as_channels_first(X)
-    values = int(np.prod(X.shape[1:]))
-    if cfg.K < 1 or cfg.K > values:
-        raise ValueError(f"--K must be between 1 and {values} (the values in one image, "
-                         f"{X.shape[1]} x {X.shape[2]} x {X.shape[3]}), got {cfg.K}.")
-    return X
+        return (as_channels_first(X) if layout == "NHWC" else X), layout
+    return as_channels_first(X), "NHW"
+
+
+def from_channels_first(X, layout: str) -> np.ndarray:
+    """The inverse of :func:`channels_first` for the layout it returned."""
+    X = np.asarray(X)
+    if layout == "NHW":
+        return X[:, 0]
+    return np.moveaxis(X, 1, -1) if layout == "NHWC" else X
+
+
+PREDICT_DRAWS = 4  # posterior draws of the dictionary a prediction averages over
+PREDICT_SWEEPS = (60, 30)  # burn-in and kept sweeps per draw
+
+
+def cfa_predict(draws, X_new, run, *, layout=None):
+    """Restore new images with a run's dictionary: for up to :data:`PREDICT_DRAWS` evenly spaced
+    posterior draws of the atoms d and element probabilities pi,
+    :func:`latentzoo.inference.conv_factor.restore_with_atoms` draws the new images' maps,
+    switches and noise precisions (the fit's exact updates, d and pi held) and averages the
+    clean image over its kept sweeps; missing (NaN) pixels are imputed each sweep (inpainting).
+    Returns ``{"image": (N, ...) the posterior mean clean images in the input's layout,
+    "noise_sd": (1, P, N) each draw's posterior mean noise sd, "missing": (N,) NaN pixels
+    per image}``. ``layout``: a 4-D stack's axes (NHWC / NCHW), else the run's own or the
+    plain channels-last rule."""
+    import json
+
+    from latentzoo import arviz_adapter as azx
+    from latentzoo.inference.conv_factor import restore_with_atoms
+
+    post = run.posterior
+    if "d" not in post or "pi" not in post:
+        raise ValueError("This convolutional FA run stored no atoms d and usages pi, so it "
+                         "cannot restore new images.")
+    options = json.loads(azx.posterior_attrs(run).get("latentzoo_options", "{}"))
+    X, layout = channels_first(X_new, layout or options.get("layout"))
+    d_all = np.asarray(post["d"]).reshape(-1, *post["d"].shape[2:])
+    pi_all = np.asarray(post["pi"]).reshape(d_all.shape[0], -1)
+    if X.shape[1] != d_all.shape[2]:
+        raise ValueError(f"The new images have {X.shape[1]} channel(s); the run was fitted on "
+                         f"{d_all.shape[2]}.")
+    if np.isinf(X).any():
+        raise ValueError("The new images hold infinite values; use NaN for a missing pixel.")
+    observed = np.isfinite(X)
+    pick = np.unique(np.linspace(0, d_all.shape[0] - 1, min(PREDICT_DRAWS, d_all.shape[0]))
+                     .round().astype(int))
+    burn_in, kept = PREDICT_SWEEPS
+    restored = [restore_with_atoms(np.where(observed, X, 0.0), observed, d=d_all[i], pi=pi_all[i],
+                                   burn_in=burn_in, draws=kept, seed=int(i))
+                for i in pick]
+    image = np.mean([r.image for r in restored], 0)  # the clean image, observed pixels too
+    return {"image": from_channels_first(image, layout),
+            "noise_sd": np.stack([r.noise_sd for r in restored])[None],
+            "missing": (~observed).sum((1, 2, 3))}
 
 
 def _options(cfg, shape):
@@ -224,6 +283,7 @@ CFA = register(
         identified=("num_active", "gamma", "recon_norm", "resid_norm"),
         trace_sites=("num_active",),
         posterior_predictive=None,
+        predict=cfa_predict,
         default_K=8,
         docs="models/conv_factor.md",
         checks=CFA_CHECKS,
