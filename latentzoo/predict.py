@@ -49,6 +49,7 @@ class Prediction(NamedTuple):
     label_values: tuple | None = None  # a classifier's labels, negative class first
     labels: np.ndarray | None = None  # true labels read from the new data's last column
     restored: dict | None = None  # an image model's {"image", "noise_sd" (N,), "missing" (N,)}
+    log_predictive_density_stderr: np.ndarray | None = None  # where the densities are estimates
 
 
 MAX_ENUMERATED_K = 12  # binary sources summed out exactly up to 2^12 states per row
@@ -137,7 +138,7 @@ def predict(run_dir: str, X_new, *, max_draws: int = MAX_DRAWS,
                          f"({attrs.get('latentzoo_model')!r}), so there is nothing to predict with.")
     if family.predict is None:
         raise ValueError(f"The {family.name} model cannot score new rows yet (latentzoo predict "
-                         "covers fa, mfa, cvq, noca, rank-svm and cfa); its docs say what it offers.")
+                         "covers every family but this one); its docs say what it offers.")
     meta = dict(latentzoo_model=family.name, latentzoo_method=attrs.get("latentzoo_method", ""),
                 latentzoo_predicted_from=os.path.abspath(run_dir))
     if family.data_kind.name == "image stack":  # restore new images with the run's dictionary
@@ -189,13 +190,18 @@ def predict(run_dir: str, X_new, *, max_draws: int = MAX_DRAWS,
             out["X_completed"] = np.asarray(out["X_completed"]) * scale + centre
     S = ll.shape[0] * ll.shape[1]
     lpd = logsumexp(ll.reshape(S, -1), axis=0) - np.log(S)
+    lpd_se = None
+    if "log_lik_stderr" in out:  # estimated densities: the delta method through the mean
+        weight = np.exp(ll.reshape(S, -1) - logsumexp(ll.reshape(S, -1), axis=0))
+        lpd_se = np.sqrt(np.sum((weight * np.asarray(out["log_lik_stderr"]).reshape(S, -1)) ** 2, 0))
     imputed_mean = None
     if "X_completed" in out:
         imputed_mean = np.asarray(out["X_completed"]).reshape(S, *X.shape).mean(0)
         imputed_mean = np.where(np.isnan(X), imputed_mean, X)
     azx.add_predictions(draws, {k: np.asarray(v) for k, v in out.items()})
     azx.set_posterior_attrs(draws, **meta)
-    return Prediction(draws, lpd, imputed_mean, S, int(np.isnan(X).sum()))
+    return Prediction(draws, lpd, imputed_mean, S, int(np.isnan(X).sum()),
+                      log_predictive_density_stderr=lpd_se)
 
 
 def _fitted_columns(idata, run_dir: str) -> int:
@@ -266,6 +272,8 @@ def write_predictions(out_dir: str, result: Prediction, y_true=None):
                                     latentzoo_log_loss=scores["log_loss"])
     else:
         table = pd.DataFrame({"log_predictive_density": result.log_predictive_density})
+        if result.log_predictive_density_stderr is not None:
+            table["stderr"] = result.log_predictive_density_stderr
     if result.imputed and result.imputed_mean is not None:
         cols = pd.DataFrame(result.imputed_mean,
                             columns=[f"x{d}" for d in range(result.imputed_mean.shape[1])])

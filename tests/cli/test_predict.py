@@ -139,18 +139,22 @@ def test_binary_source_families_score_complete_rows_exactly(model, method, tmp_p
 
 
 def test_a_family_that_cannot_predict_yet_says_so(tmp_path, capsys):
-    from latentzoo.registry import families
+    from latentzoo.registry import families, register, unregister
 
     rng = np.random.default_rng(0)
     idata = azx.from_draws({"psi": rng.gamma(2.0, size=(1, 5, 3))},
                            observed_data={"X": rng.normal(size=(10, 3))})
-    assert families()["ta"].predict is None  # the tensor analyzers need AIS: not yet
-    azx.set_posterior_attrs(idata, latentzoo_model="ta", latentzoo_method="gibbs",
-                            latentzoo_standardized=0)
-    azx.save(idata, str(tmp_path / "ta" / "posterior.nc"))
-    np.save(tmp_path / "new.npy", np.zeros((2, 3)))
-    assert main(["predict", str(tmp_path / "ta"), "--data", str(tmp_path / "new.npy"), "--out",
-                 str(tmp_path / "p")]) == 2
+    # every shipped family predicts: a family without ``predict`` (a user's new one) is refused
+    register(families()["fa"]._replace(name="no-predict", predict=None))
+    try:
+        azx.set_posterior_attrs(idata, latentzoo_model="no-predict", latentzoo_method="gibbs",
+                                latentzoo_standardized=0)
+        azx.save(idata, str(tmp_path / "ta" / "posterior.nc"))
+        np.save(tmp_path / "new.npy", np.zeros((2, 3)))
+        assert main(["predict", str(tmp_path / "ta"), "--data", str(tmp_path / "new.npy"),
+                     "--out", str(tmp_path / "p")]) == 2
+    finally:
+        unregister("no-predict")
     assert "cannot score new rows yet" in capsys.readouterr().err
     assert not os.path.exists(tmp_path / "p")
     assert main(["predict", str(tmp_path / "nowhere"), "--data", str(tmp_path / "new.npy"),
