@@ -98,9 +98,16 @@ def _label_values(data) -> str:
     return json.dumps([v.item() for v in label_classes(data[1])])
 
 
-def _hinge_loglik(y, u):
-    """Pointwise log of the label hinge, -2 max(0, 1 - y_n u_n), of draws u (chains, draws, N)."""
-    return -2.0 * np.maximum(0.0, 1.0 - y * np.asarray(u))
+def _label_loglik(y, u):
+    """Pointwise log p(y_n | u_n) of draws u (chains, draws, N): the label hinge normalised over
+    the two labels, p(y = +1 | u) = h(1 - u) / (h(1 - u) + h(1 + u)), h(c) = exp(-2 max(0, c))
+    (:func:`~latentzoo.inference.rank_svm.predict.label_probability`, what the posterior
+    predictive and ``latentzoo predict`` use). The unnormalised hinge, -2 max(0, 1 - y u), is 0
+    for every draw that classifies a row with margin, and PSIS-LOO (ArviZ 1.x) cannot fit a
+    tail of equal values; the normalised one is strictly monotone in u."""
+    u = np.asarray(u, dtype=np.float64)
+    s = 2.0 * np.maximum(0.0, 1.0 + u) - 2.0 * np.maximum(0.0, 1.0 - u)  # logit of p(y = +1 | u)
+    return -np.logaddexp(0.0, -np.asarray(y) * s)  # log sigmoid(y s)
 
 
 def _run_mcmc(data, cfg, *, nuts: bool):
@@ -131,7 +138,7 @@ def _run_mcmc(data, cfg, *, nuts: bool):
                          **tables)
     samples = mcmc.get_samples(group_by_chain=True)
     u = samples["u"]
-    idata = runs.mcmc_idata(mcmc, drop=DROP, log_likelihood={"y": _hinge_loglik(y, u)})
+    idata = runs.mcmc_idata(mcmc, drop=DROP, log_likelihood={"y": _label_loglik(y, u)})
     azx.set_posterior_attrs(idata, latentzoo_label_values=_label_values(data))
     _prediction_data(idata, transform, None if variant.startswith("G") else samples["z"])
     return _with_label_predictive(idata, y, u, cfg.seed)
