@@ -262,54 +262,7 @@ TA = register(
     )
 )
 
-MPREDICT_DRAWS = 20  # posterior draws a prediction uses (evenly spaced over the chains)
-AIS_CHAINS, AIS_TEMPS = 8, 200  # per row and draw: independent AIS chains, temperatures
-
-
-def _ta_predict(draws, X_new, run, *, mixture: bool):
-    """Each new row's log density under each of up to :data:`PREDICT_DRAWS` posterior draws,
-    by annealed importance sampling per row (:func:`latentzoo.inference.ais.ais`, ``per_row``:
-    :data:`AIS_CHAINS` chains over :data:`AIS_TEMPS` temperatures, the fit's own Gibbs table on
-    the per-row latents: the groups z_j and, for MTA, the label c), with its standard error.
-    Returns ``{"log_lik", "log_lik_stderr": (chains, P, M), "draw_index": (P,)}``. Complete rows
-    only: the model has no masked likelihood (one sentence otherwise)."""
-    from latentzoo.inference.ais import ais
-    from latentzoo.inference.ta import mta_updates, ta_updates
-
-    if np.isnan(X_new).any():
-        raise ValueError(f"The tensor analyzers score complete rows only; the new data have "
-                         f"{int(np.isnan(X_new).sum())} missing (NaN) entries.")
-    post = run.posterior
-    chains, num = post.sizes["chain"], post.sizes["draw"]
-    index = np.unique(np.linspace(0, num - 1, max(1, min(num, PREDICT_DRAWS // chains)))
-                      .round().astype(int))
-    K = int(post["T"].shape[-1])
-    d = (K, K)
-    sites = ("W", "T", "mu", "Psi", "pi") if mixture else ("W", "T", "mu", "Psi")
-    values = {k: np.asarray(post[k])[:, index] for k in sites}
-    if mixture:
-        model, table = mixture_of_tensor_analyzers, mta_updates(d)
-        kwargs, latent = dict(d=d, C=int(values["pi"].shape[-1])), ("c", *group_names(d))
-    else:
-        model, table, kwargs, latent = tensor_analyzer, ta_updates(d), dict(d=d), group_names(d)
-    X = jnp.asarray(X_new)
-    ll = np.empty((chains, len(index), X.shape[0]))
-    se = np.empty_like(ll)
-    key = jax.random.PRNGKey(0)
-    for c in range(chains):  # one compiled program: the draw's values are its arguments
-        for i in range(len(index)):
-            key, k = jax.random.split(key)
-            r = ais(model, table, X, {s: v[c, i] for s, v in values.items()}, kwargs,
-                    latent_sites=latent, per_row=True, num_chains=AIS_CHAINS,
-                    num_temps=AIS_TEMPS, rng_key=k)
-            ll[c, i], se[c, i] = np.asarray(r.log_marginal), np.asarray(r.stderr)
-    return {"log_lik": ll, "log_lik_stderr": se, "draw_index": index}
-
-
-ta_predict = partial(_ta_predict, mixture=False)
-mta_predict = partial(_ta_predict, mixture=True)
-
-TA = register(
+MTA = register(
     Family(
         name="mta",
         title="Mixture of tensor analyzers",
