@@ -117,16 +117,19 @@ def test_gibbs_table_passes_sbc_where_the_posterior_is_informative(family):
 
     warmup = family.checks.informative_warmup
 
-    def run(table):
+    def run(table, simulations):
         return sbc(family.model, ConjugateGibbs(family.model, table), kw,
-                   family.checks.test_functions, jax.random.PRNGKey(12), num_simulations=100,
-                   num_warmup=warmup, num_draws=49, thin=max(2, warmup // 25), num_bins=5,
-                   data_site=family.checks.data_sites)
+                   family.checks.test_functions, jax.random.PRNGKey(12),
+                   num_simulations=simulations, num_warmup=warmup, num_draws=49,
+                   thin=max(2, warmup // 25), num_bins=5, data_site=family.checks.data_sites)
 
-    good = run(_table(family, kw))
+    good = run(_table(family, kw), 100)
     assert good.passed, dict(zip(good.labels, np.round(good.p_values, 4)))
-    bad = run(_broken_table(family, kw))
-    assert not bad.passed
+    # the broken twin piles the truth's ranks at one end: half the simulations still fail it by
+    # orders of magnitude, at half the cost (smallest p-value at 50 simulations, measured:
+    # rank-svm 3e-18, cfa 6e-27, mta 3e-32, fa / mfa / cvq 5e-40, ta 4e-42)
+    bad = run(_broken_table(family, kw), 50)
+    assert not bad.passed, dict(zip(bad.labels, np.round(bad.p_values, 8)))
 
 
 @pytest.mark.parametrize("family", WITH_VB, ids=ids)
