@@ -8,7 +8,7 @@ the same run.
 
 - Density models (fa, mfa, ta, mta): the mean held-out log predictive density per row, in the
   data's own units (a ``--standardize`` fit's Jacobian included), against scikit-learn's
-  ``FactorAnalysis`` (K factors), ``PCA`` (K components, probabilistic PCA's density) and
+  ``FactorAnalysis`` (K factors, run to convergence), ``PCA`` (K components, probabilistic PCA's density) and
   ``GaussianMixture`` (J full-covariance components, or diagonal ones when D > N / 4).
 - Binary-source models (cvq, noca): the mean held-out log-likelihood per row (exact, the 2^K
   states summed out), against independent Bernoulli columns (frequencies with add-one
@@ -139,7 +139,10 @@ def baselines(model, X_tr, y_tr, X_te, y_te, K: int, J: int):
             return {"note": f"{int((~keep).sum())} constant column(s): scikit-learn's Gaussian "
                             "models put infinite density there; drop them to compare."}
         k = min(K, X_tr.shape[1] - 1)
-        out["FactorAnalysis"] = FactorAnalysis(k, random_state=0).fit(X_tr).score_samples(X_te).mean()
+        # converged (scikit-learn's default tol = 1e-2 stops early: breast cancer, K = 3, 14.1
+        # against 19.9 nats per held-out row at tol = 1e-8)
+        fa = FactorAnalysis(k, tol=1e-8, max_iter=100_000, random_state=0).fit(X_tr)
+        out["FactorAnalysis"] = fa.score_samples(X_te).mean()
         out["PCA"] = PCA(k, random_state=0).fit(X_tr).score_samples(X_te).mean()
         cov = "full" if X_tr.shape[1] <= X_tr.shape[0] // 4 else "diag"
         gm = GaussianMixture(J, covariance_type=cov, random_state=0, reg_covar=1e-4).fit(X_tr)
