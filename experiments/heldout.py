@@ -43,7 +43,8 @@ PROG = "heldout"
 DENSITY = ("fa", "mfa", "ta", "mta")
 BINARY = ("cvq", "noca")
 CLASSIFIER = ("rank-svm",)
-QUICK = ["--chains", "2", "--samples", "100", "--warmup", "100", "--sweeps", "30"]
+QUICK = ["--chains", "2", "--samples", "100", "--warmup", "100"]
+QUICK_SWEEPS = ["--sweeps", "30"]  # a point fit's quick length (samplers take no --sweeps)
 FULL = ["--chains", "4", "--samples", "500", "--warmup", "500"]
 
 
@@ -92,8 +93,12 @@ def fit_and_predict(model, X_tr, y_tr, X_te, y_te, args, folder):
     np.save(train, X_tr)
     if y_tr is not None:  # labelled: the labels from a file of their own
         np.save(os.path.join(folder, "labels.npy"), y_tr)
+    from latentzoo.registry import get_family
+
+    point = get_family(model).method(None).kind == "point"
     argv = ["run", model, "--data", train, "--out", os.path.join(folder, "run"), "--no-progress",
-            "--seed", str(args.seed), *(QUICK if args.quick else FULL)]
+            "--seed", str(args.seed), *(QUICK if args.quick else FULL),
+            *(QUICK_SWEEPS if args.quick and point else [])]
     if y_tr is not None:
         argv += ["--labels", os.path.join(folder, "labels.npy")]
     if args.K:
@@ -101,7 +106,7 @@ def fit_and_predict(model, X_tr, y_tr, X_te, y_te, args, folder):
     if model in DENSITY and (X_tr.std(0) > 0).all():  # unit scale; predict undoes it
         argv += ["--standardize"]
     t0 = time.perf_counter()
-    if cli(_method_sizes(model, argv)) != 0:
+    if cli(argv) != 0:
         raise ValueError(f"latentzoo run {model} failed on the training rows (its sentence is above).")
     seconds = time.perf_counter() - t0
     result = predict(os.path.join(folder, "run"), X_te)
@@ -109,17 +114,6 @@ def fit_and_predict(model, X_tr, y_tr, X_te, y_te, args, folder):
         scores = classify(result, y_te)
         return {"accuracy": scores["accuracy"], "log_loss": scores["log_loss"], "seconds": seconds}
     return {"mean_log_density": float(np.mean(result.log_predictive_density)), "seconds": seconds}
-
-
-def _method_sizes(model, argv):
-    """``--sweeps`` belongs to point fits only: dropped for the samplers (every model here is
-    fitted by its default method, a sampler, except where the registry says otherwise)."""
-    from latentzoo.registry import get_family
-
-    if get_family(model).method(None).kind != "point" and "--sweeps" in argv:
-        i = argv.index("--sweeps")
-        argv = argv[:i] + argv[i + 2:]
-    return argv
 
 
 def baselines(model, X_tr, y_tr, X_te, y_te, K: int, J: int):
