@@ -26,7 +26,7 @@ from latentzoo.models.rank_factor_svm import (
 )
 from latentzoo.registry import Family, FamilyChecks, Method, Option, register
 
-__all__ = ["RANK_SVM", "rank_svm_predict"]
+__all__ = ["RANK_SVM", "rank_svm_predict", "label_loglik"]
 
 # Large per-row or per-pair latents stay out of the result files (their size would grow with
 # N·D); the factors' signs are not identified, so z and A are summarised through w and u.
@@ -98,7 +98,7 @@ def _label_values(data) -> str:
     return json.dumps([v.item() for v in label_classes(data[1])])
 
 
-def _label_loglik(y, u):
+def label_loglik(y, u):
     """Pointwise log p(y_n | u_n) of draws u (chains, draws, N): the label hinge normalised over
     the two labels, p(y = +1 | u) = h(1 - u) / (h(1 - u) + h(1 + u)), h(c) = exp(-2 max(0, c))
     (:func:`~latentzoo.inference.rank_svm.predict.label_probability`, what the posterior
@@ -138,7 +138,7 @@ def _run_mcmc(data, cfg, *, nuts: bool):
                          **tables)
     samples = mcmc.get_samples(group_by_chain=True)
     u = samples["u"]
-    idata = runs.mcmc_idata(mcmc, drop=DROP, log_likelihood={"y": _label_loglik(y, u)})
+    idata = runs.mcmc_idata(mcmc, drop=DROP, log_likelihood={"y": label_loglik(y, u)})
     azx.set_posterior_attrs(idata, latentzoo_label_values=_label_values(data))
     _prediction_data(idata, transform, None if variant.startswith("G") else samples["z"])
     return _with_label_predictive(idata, y, u, cfg.seed)

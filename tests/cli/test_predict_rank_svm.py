@@ -140,3 +140,17 @@ def test_bad_input_is_one_sentence_and_nothing_is_written(digits, case, message,
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
     assert not os.path.exists(out)
+
+
+def test_the_stored_pointwise_log_likelihood_is_the_label_probability():
+    """What a run stores for az.loo: log p(y | u) of the hinge normalised over the two labels,
+    the probability prediction uses (a flipped sign or a dropped normaliser fails here)."""
+    import jax.numpy as jnp
+
+    from latentzoo.families.rank_svm import label_loglik
+    from latentzoo.inference.rank_svm.predict import label_probability
+
+    u = np.linspace(-3.0, 3.0, 25)
+    p = np.asarray(label_probability(jnp.asarray(u)))
+    np.testing.assert_allclose(np.exp(label_loglik(1.0, u)), p, rtol=1e-12)
+    np.testing.assert_allclose(np.exp(label_loglik(-1.0, u)), 1.0 - p, rtol=1e-10)
