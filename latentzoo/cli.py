@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import os
 import re
@@ -212,6 +213,28 @@ def interrupt_on_signals():
         os.close(read_fd)
 
 
+def release_interrupted_frames(err: BaseException) -> None:
+    """Free the frames an interrupt unwound through, with their destructors' errors silenced.
+
+    A signal can arrive inside a constructor (a progress bar half-built: tqdm's ``__del__`` then
+    raises ``AttributeError``), and the object is freed only when the traceback is: after the
+    CLI's sentence, which would then be followed by an "Exception ignored in ..." traceback. The
+    traceback chain is dropped and collected here, before the sentence, and any destructor error
+    raised meanwhile is not the user's concern.
+    """
+    hook = sys.unraisablehook
+    sys.unraisablehook = lambda unraisable: None
+    try:
+        seen = set()
+        while err is not None and id(err) not in seen:
+            seen.add(id(err))
+            err.__traceback__ = None
+            err = err.__cause__ or err.__context__
+        gc.collect()
+    finally:
+        sys.unraisablehook = hook
+
+
 def main(argv=None) -> int:
     args = _build_parser().parse_args(argv)
     try:
@@ -231,6 +254,7 @@ def main(argv=None) -> int:
     except KeyboardInterrupt as err:
         signum = getattr(err, "signum", signal.SIGINT)
         name = signal.Signals(signum).name
+        release_interrupted_frames(err)
         hint = getattr(args, "resume_hint", None)
         more = f"; `latentzoo run ... --resume {hint}` continues from its last checkpoint" if hint else ""
         fail(f"interrupted ({name}); nothing was written{more}")

@@ -160,3 +160,34 @@ def test_a_signal_whose_exception_was_lost_is_still_reported():
     with interrupt_on_signals() as guard:  # once the files are in place a lost signal is moot
         swallow_a_signal()
         guard.disarm()
+
+
+def test_an_interrupt_inside_a_constructor_leaves_only_the_sentence(monkeypatch, capsys):
+    """A signal that lands inside a progress bar's constructor (seen in CI: tqdm half-built, its
+    ``__del__`` raising AttributeError when the traceback was freed after the sentence) must not
+    print a destructor's traceback under the CLI's sentence. Without the release of the
+    interrupted frames the half-built object dies after the sentence, where the recording hook
+    below sees its error (the interpreter's default hook prints it)."""
+    import sys
+
+    from latentzoo import cli
+
+    after_the_sentence = []
+    monkeypatch.setattr(sys, "unraisablehook", after_the_sentence.append)
+
+    class HalfBuilt:
+        def __init__(self):
+            raise KeyboardInterrupt  # before any attribute is set
+
+        def __del__(self):
+            self.pos  # noqa: B018 - raises AttributeError, as tqdm's close() did
+
+    def interrupted_command(args):
+        HalfBuilt()
+
+    monkeypatch.setattr(cli, "_cmd_list", interrupted_command)
+    code = cli.main(["list"])
+    err = capsys.readouterr().err
+    assert code == 128 + signal.SIGINT
+    assert not after_the_sentence, after_the_sentence[0].exc_value
+    assert err.strip().splitlines()[-1].startswith("latentzoo: interrupted (SIGINT)"), err
