@@ -49,6 +49,7 @@ __all__ = [
     "log_likelihood",
     "geweke_test",
     "sbc",
+    "SBC_COMPILER_OPTIONS",
     "GewekeResult",
     "SBCResult",
 ]
@@ -377,6 +378,10 @@ def _chi2_pvalues(ranks: np.ndarray, num_draws: int, num_bins: int) -> np.ndarra
     return np.asarray(gammaincc((num_bins - 1) / 2.0, chi2 / 2.0))
 
 
+SBC_COMPILER_OPTIONS = {"xla_backend_optimization_level": 2}
+"""XLA options :func:`sbc` compiles with by default: LLVM's optimisation at its usual level."""
+
+
 def sbc(
     model,
     kernel,
@@ -392,13 +397,25 @@ def sbc(
     alpha: float = 0.01,
     batch_size: int = 8,
     data_site: str = "X",
+    compiler_options: dict | None = None,
 ) -> SBCResult:
     """Simulation-based calibration of ``kernel`` on ``model``.
 
     ``num_draws + 1`` should be a multiple of ``num_bins``. Ties (discrete test functions) are
     broken at random. ``passed`` is False when any test function's chi-square p-value is below
     ``alpha / F``.
+
+    ``compiler_options`` are XLA's options for the one compiled SBC program (``jax.jit``'s
+    argument); ``None`` means :data:`SBC_COMPILER_OPTIONS`, LLVM's optimisation on. The program
+    runs ``num_simulations x (num_warmup + num_draws x thin)`` sweeps, so it is run-bound, and it
+    stays optimised in a process that compiles everything else at
+    ``--xla_backend_optimization_level=0`` (the test suite does, for its many short programs).
+    Measured on 2 cores, 100 simulations of the informative configurations at level 0 against
+    level 2: TA 54 s against 26, convolutional FA 64 against 24, rank SVM 49 against 37
+    (compilation included). Pass ``{}`` to keep the process's own settings.
     """
+    if compiler_options is None:
+        compiler_options = SBC_COMPILER_OPTIONS
     values0, X0 = simulate(model, model_kwargs, rng_key, data_site)
     labels = _labels(test_functions, values0)
 
@@ -426,7 +443,8 @@ def sbc(
 
     keys = jax.random.split(rng_key, num_simulations)
     batch = _divisor(num_simulations, batch_size)
-    ranks = np.asarray(jax.jit(lambda ks: jax.lax.map(one, ks, batch_size=batch))(keys))
+    ranks = np.asarray(jax.jit(lambda ks: jax.lax.map(one, ks, batch_size=batch),
+                               compiler_options=compiler_options)(keys))
     p = _chi2_pvalues(ranks, num_draws, num_bins)
     threshold = alpha / p.size
     return SBCResult(labels, ranks, p, threshold, bool(np.min(p) > threshold))
