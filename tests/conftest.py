@@ -142,14 +142,31 @@ if _usable:
     if "PYTEST_XDIST_WORKER" not in os.environ:  # once per session, before the workers start
         _prune_cache(os.environ["JAX_COMPILATION_CACHE_DIR"])
 
-# Modules with a module fixture that several tests share (one CLI run, one MCMC run). Under xdist's
-# "load" distribution (pyproject's addopts) those tests may land on both workers, and each worker
-# would build the fixture (tens of seconds each, compilation mostly). With this scheduler each such
-# module goes to one worker as a whole; every other test is dealt out one at a time, as "load"
-# does. (xdist's own xdist_group marks cannot do this here: under pytest 9 the group never reaches
-# the scheduler.) Other --dist modes are left alone.
+# Modules with a module fixture that several tests share (one CLI run, one MCMC run, a fit saved
+# under a module's temporary folder). Under xdist's "load" distribution (pyproject's addopts)
+# those tests may land on both workers, and each worker would build the fixture (tens of seconds
+# each, compilation mostly: the rank SVM's predict tests fitted the same run on both workers, 60 s
+# of compiling twice). With this scheduler each such module goes to one worker as a whole; every
+# other test is dealt out one at a time, as "load" does. A module is grouped when its source
+# defines a module-scoped fixture, or when it is listed here (tests that share programs without
+# a fixture). (xdist's own xdist_group marks cannot do this here: under pytest 9 the group never
+# reaches the scheduler.) Other --dist modes are left alone.
 GROUPED_MODULES = ("tests/cli/test_cli.py", "tests/inference/test_mfa_gibbs.py",
                    "tests/inference/test_rank_svm_vb.py")
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_shares_a_module_fixture: dict[str, bool] = {}
+
+
+def _grouped(module: str) -> bool:
+    """Whether the tests of ``module`` (a path relative to the repository) run on one worker."""
+    if module not in _shares_a_module_fixture:
+        try:
+            with open(os.path.join(_ROOT, module), encoding="utf-8") as fh:
+                text = fh.read()
+        except OSError:
+            text = ""
+        _shares_a_module_fixture[module] = module in GROUPED_MODULES or 'scope="module"' in text
+    return _shares_a_module_fixture[module]
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -161,7 +178,7 @@ def pytest_xdist_make_scheduler(config, log):
     class SharedFixtureScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid):
             module = nodeid.split("::", 1)[0]
-            return module if module in GROUPED_MODULES else nodeid
+            return module if _grouped(module) else nodeid
 
     return SharedFixtureScheduling(config, log)
 
