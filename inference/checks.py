@@ -183,26 +183,39 @@ def log_likelihood(model, values, X, model_kwargs, data_site: str = "X") -> jax.
 
 
 def check_likelihood_invariance(
-    model, move: Move, model_kwargs, rng_key, *, num_pairs: int = 3, data_site: str = "X"
+    model, move: Move, model_kwargs, rng_key, *, num_pairs: int = 3, data_site: str = "X",
+    priors_list=None,
 ) -> float:
     """Largest relative change of log p(X | latents) made by one step of ``move``.
 
     Interweaving moves (FA's shift, scale and shear) travel along groups that leave the
     likelihood unchanged (z Wᵀ + mu is invariant); a right move gives round-off, a move whose
     group action is wrong (a swapped index, a wrong sign) changes the likelihood by O(1).
+    ``priors_list``: several prior settings (``model_kwargs["priors"]`` alternatives of one
+    structure) checked in the same compiled program, as in :func:`check_conditionals`: their
+    hyperparameters are arguments of the program, not constants of one program per setting.
     """
+    static = {k: v for k, v in model_kwargs.items() if k != "priors"}
+    if priors_list is None:
+        priors_list = [model_kwargs.get("priors")]
+    stacked = jax.tree_util.tree_map(lambda *xs: jnp.stack([jnp.asarray(x) for x in xs]), *priors_list)
 
-    @jax.jit
-    def change(key):
+    def change(key, priors):
+        kw = {**static, "priors": priors}
         k_sim, k_move = jax.random.split(key)
-        values, X = simulate(model, model_kwargs, k_sim, data_site)
-        priors, obs, _ = read_model(model, values, (X,), model_kwargs)
-        moved = {**values, **move.sample(k_move, values, obs, priors)}
-        before = log_likelihood(model, values, X, model_kwargs, data_site)
-        after = log_likelihood(model, moved, X, model_kwargs, data_site)
+        values, X = simulate(model, kw, k_sim, data_site)
+        fns, obs, _ = read_model(model, values, (X,), kw)
+        moved = {**values, **move.sample(k_move, values, obs, fns)}
+        before = log_likelihood(model, values, X, kw, data_site)
+        after = log_likelihood(model, moved, X, kw, data_site)
         return jnp.abs(after - before) / (1.0 + jnp.abs(before))
 
-    return float(jnp.max(jax.lax.map(change, jax.random.split(rng_key, num_pairs))))
+    def one_prior(args):
+        key, priors = args
+        return jnp.max(jax.lax.map(lambda k: change(k, priors), jax.random.split(key, num_pairs)))
+
+    keys = jax.random.split(rng_key, len(priors_list))
+    return float(jnp.max(jax.jit(lambda a: jax.lax.map(one_prior, a))((keys, stacked))))
 
 
 class OrbitResult(NamedTuple):

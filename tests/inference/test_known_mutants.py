@@ -57,6 +57,12 @@ def test_shear_with_swapped_indices_is_caught():
     change = check_likelihood_invariance(factor_analysis, mutant, FA.checks.model_kwargs,
                                          jax.random.PRNGKey(0))
     assert change > 1e-3
+    # and where the suite runs it: every seed's random hyperparameters in one program
+    priors = [FA.checks.random_priors(np.random.default_rng(s)) for s in range(3)]
+    assert check_likelihood_invariance(factor_analysis, mutant, FA.checks.model_kwargs,
+                                       jax.random.PRNGKey(0), priors_list=priors) > 1e-3
+    assert check_likelihood_invariance(factor_analysis, fa_gibbs.shear_move(), FA.checks.model_kwargs,
+                                       jax.random.PRNGKey(0), priors_list=priors) < 1e-10
 
 
 def _scale_always_accepts(key, values, obs, priors):
