@@ -121,6 +121,16 @@ def check_conditional(
                               data_site=data_site, priors_list=priors_list)[update.name]
 
 
+def _stacked_priors(model_kwargs, priors_list):
+    """(model_kwargs without ``priors``, the prior settings stacked leaf by leaf, their number):
+    several settings of one structure become one argument of one compiled program."""
+    static = {k: v for k, v in model_kwargs.items() if k != "priors"}
+    if priors_list is None:
+        priors_list = [model_kwargs.get("priors")]
+    stacked = jax.tree_util.tree_map(lambda *xs: jnp.stack([jnp.asarray(x) for x in xs]), *priors_list)
+    return static, stacked, len(priors_list)
+
+
 def check_conditionals(
     model,
     updates,
@@ -140,10 +150,7 @@ def check_conditionals(
     missing = [u.name for u in updates if u.conditional is None]
     if missing:
         raise ValueError(f"update {missing[0]!r} has no closed-form conditional to check.")
-    static = {k: v for k, v in model_kwargs.items() if k != "priors"}
-    if priors_list is None:
-        priors_list = [model_kwargs.get("priors")]
-    stacked = jax.tree_util.tree_map(lambda *xs: jnp.stack([jnp.asarray(x) for x in xs]), *priors_list)
+    static, stacked, n_priors = _stacked_priors(model_kwargs, priors_list)
 
     def disagreements(key, priors):
         kw = {**static, "priors": priors}
@@ -168,7 +175,7 @@ def check_conditionals(
         keys = jax.random.split(key, num_pairs)
         return jnp.max(jax.lax.map(lambda k: disagreements(k, priors), keys), axis=0)
 
-    keys = jax.random.split(rng_key, len(priors_list))
+    keys = jax.random.split(rng_key, n_priors)
     worst = np.asarray(jnp.max(jax.jit(lambda a: jax.lax.map(one_prior, a))((keys, stacked)), axis=0))
     return {u.name: float(w) for u, w in zip(updates, worst)}
 
@@ -195,10 +202,7 @@ def check_likelihood_invariance(
     structure) checked in the same compiled program, as in :func:`check_conditionals`: their
     hyperparameters are arguments of the program, not constants of one program per setting.
     """
-    static = {k: v for k, v in model_kwargs.items() if k != "priors"}
-    if priors_list is None:
-        priors_list = [model_kwargs.get("priors")]
-    stacked = jax.tree_util.tree_map(lambda *xs: jnp.stack([jnp.asarray(x) for x in xs]), *priors_list)
+    static, stacked, n_priors = _stacked_priors(model_kwargs, priors_list)
 
     def change(key, priors):
         kw = {**static, "priors": priors}
@@ -214,7 +218,7 @@ def check_likelihood_invariance(
         key, priors = args
         return jnp.max(jax.lax.map(lambda k: change(k, priors), jax.random.split(key, num_pairs)))
 
-    keys = jax.random.split(rng_key, len(priors_list))
+    keys = jax.random.split(rng_key, n_priors)
     return float(jnp.max(jax.jit(lambda a: jax.lax.map(one_prior, a))((keys, stacked))))
 
 
