@@ -1,6 +1,7 @@
-"""Every registered family's MCMC methods run end to end through the CLI at the smallest sizes,
-on the first rows of the family's default data (a crash such as a model argument that MCMC
-traces shows up here, not in a user's hands). Point fits and FA's samplers have their own CLI
+"""Every registered family's MCMC methods run end to end through the CLI at the smallest sizes:
+a family's first method as test_conformance's quick run does, every other on the first rows of
+the family's default data read from a file (a crash such as a model argument that MCMC traces
+shows up here, not in a user's hands). Point fits and FA's samplers have their own CLI
 tests (test_cli.py, test_streaming_run.py), NOCA's sampler test_noca_fit.py; these are the rest."""
 
 from __future__ import annotations
@@ -49,19 +50,30 @@ def _plain_arviz_on_the_saved_run(path, family):
     plt.close("all")
 
 
-@pytest.mark.parametrize("model, method", PAIRS, ids=[f"{a}-{b}" for a, b in PAIRS])
-def test_sampler_runs_through_the_cli(model, method, tmp_path, capsys):
-    data = families()[model].default_data(0)
+def _argv(model, method, tmp_path, out):
+    """A family's first method runs exactly as test_conformance's quick run does (its embedded
+    data, --quick, 2 chains of 30 + 30), so the two tests compile the same programs and the
+    second loads them from the suite's compilation cache; every other method reads the first
+    40 rows of the default data from a file (the --data path of each data kind)."""
+    family = families()[model]
+    if method == family.methods[0].name:
+        return ["run", model, "--quick", "--no-progress", "--out", str(out),
+                "--chains", "2", "--samples", "30", "--warmup", "30"]
+    data = family.default_data(0)
     if isinstance(data, tuple):  # labelled data: features and labels in one .npz
         path = tmp_path / "x.npz"
         np.savez(path, X=np.asarray(data[0])[:40], y=np.asarray(data[1])[:40])
     else:
         path = tmp_path / "x.npy"
         np.save(path, np.asarray(data)[:40])
-    out = tmp_path / "run"
-    argv = ["run", model, "--method", method, "--data", str(path), "--chains", "2",
+    return ["run", model, "--method", method, "--data", str(path), "--chains", "2",
             "--samples", "20", "--warmup", "10", "--no-progress", "--out", str(out)]
-    code = main(argv)
+
+
+@pytest.mark.parametrize("model, method", PAIRS, ids=[f"{a}-{b}" for a, b in PAIRS])
+def test_sampler_runs_through_the_cli(model, method, tmp_path, capsys):
+    out = tmp_path / "run"
+    code = main(_argv(model, method, tmp_path, out))
     assert code == 0, capsys.readouterr().err
     for name in ("posterior.nc", "summary.csv", "trace.png"):
         assert (out / name).stat().st_size > 0
