@@ -1,3 +1,4 @@
+import functools
 import os
 import tempfile
 import time
@@ -154,19 +155,17 @@ if _usable:
 GROUPED_MODULES = ("tests/cli/test_cli.py", "tests/inference/test_mfa_gibbs.py",
                    "tests/inference/test_rank_svm_vb.py")
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_shares_a_module_fixture: dict[str, bool] = {}
 
 
+@functools.lru_cache(maxsize=None)
 def _grouped(module: str) -> bool:
     """Whether the tests of ``module`` (a path relative to the repository) run on one worker."""
-    if module not in _shares_a_module_fixture:
-        try:
-            with open(os.path.join(_ROOT, module), encoding="utf-8") as fh:
-                text = fh.read()
-        except OSError:
-            text = ""
-        _shares_a_module_fixture[module] = module in GROUPED_MODULES or 'scope="module"' in text
-    return _shares_a_module_fixture[module]
+    try:
+        with open(os.path.join(_ROOT, module), encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError:
+        text = ""
+    return module in GROUPED_MODULES or 'scope="module"' in text
 
 
 @pytest.hookimpl(optionalhook=True)
