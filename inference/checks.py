@@ -17,6 +17,9 @@ from ``model_args`` works).
   draws given the data; the rank of the truth among the draws is uniform for a correct sampler.
   Ranks are binned and tested with a chi-square test per test function.
 
+Geweke's test and SBC are defined in :mod:`latentzoo.inference.calibration` (with their forms
+that run a correct kernel and its control from one compiled program) and re-exported here.
+
 Everything runs under ``jit`` with ``lax.scan`` / ``lax.map``, so hundreds of simulations take
 seconds on small problems. Thresholds are Bonferroni-corrected over the test functions; tests that
 use them also keep a deliberately wrong update that must fail.
@@ -24,18 +27,25 @@ use them also keep a deliberately wrong update that must fail.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.scipy.special import gammaincc, ndtri
 from numpyro.diagnostics import effective_sample_size
-from numpyro.handlers import condition, seed, trace
 from numpyro.infer.util import log_density
 
-
+from latentzoo.inference.calibration import (
+    SBC_COMPILER_OPTIONS,
+    GewekeResult,
+    SBCResult,
+    bonferroni_z,
+    geweke_test,
+    geweke_tests,
+    sbc,
+    sbc_runs,
+    simulate,
+)
 from latentzoo.inference.gibbs import read_model
 from latentzoo.inference.updates import GibbsUpdate, Move
 
@@ -49,52 +59,12 @@ __all__ = [
     "log_likelihood",
     "geweke_test",
     "sbc",
+    "geweke_tests",
+    "sbc_runs",
     "SBC_COMPILER_OPTIONS",
     "GewekeResult",
     "SBCResult",
 ]
-
-TestFunctions = Mapping[str, Callable[[dict], jax.Array]]
-
-
-def simulate(model, model_kwargs, rng_key, data_site: str = "X", values=None):
-    """One draw from the prior predictive: ``(latent values, data)``.
-
-    With ``values`` given, only the data are drawn, from p(X | values). ``data_site`` is one
-    observed site (the data is its array) or a tuple of them (the data is a dict by name, which
-    the model takes as its first argument).
-    """
-    m = model if values is None else condition(model, data=values)
-    tr = trace(seed(m, rng_key)).get_trace(None, **model_kwargs)
-    sites = (data_site,) if isinstance(data_site, str) else tuple(data_site)
-    latent = {
-        n: s["value"]
-        for n, s in tr.items()
-        if s["type"] == "sample" and n not in sites and not s.get("is_observed", False)
-    }
-    if values is not None:
-        latent = dict(values)
-    if isinstance(data_site, str):
-        return latent, tr[data_site]["value"]
-    return latent, {n: tr[n]["value"] for n in sites}
-
-
-def _divisor(n: int, at_most: int) -> int:
-    """Largest batch size <= at_most dividing n (a remainder batch would compile a second loop)."""
-    return max(b for b in range(1, min(n, at_most) + 1) if n % b == 0)
-
-
-def _evaluate(test_functions: TestFunctions, values) -> jax.Array:
-    return jnp.concatenate([jnp.ravel(f(values)) for f in test_functions.values()])
-
-
-def _labels(test_functions: TestFunctions, values) -> list[str]:
-    labels = []
-    for name, f in test_functions.items():
-        n = int(np.size(jax.eval_shape(f, values)))
-        labels += [name] if n == 1 else [f"{name}[{i}]" for i in range(n)]
-    return labels
-
 
 # --------------------------------------------------------------------- conditional check
 def check_conditional(
@@ -289,179 +259,5 @@ def check_move_on_orbit(
     ess = np.clip(np.asarray(effective_sample_size(G[None])), 1.0, len(G))
     se = np.sqrt(G.var(0) / ess)
     z = (G.mean(0) - exact) / se
-    threshold = _bonferroni_z(alpha, 2)
+    threshold = bonferroni_z(alpha, 2)
     return OrbitResult(z, threshold, bool(np.max(np.abs(z)) < threshold), exact, G.mean(0))
-
-
-# ------------------------------------------------------------------------------- Geweke
-class GewekeResult(NamedTuple):
-    labels: list[str]
-    z_scores: np.ndarray  # (2F,): first moments then second moments
-    threshold: float
-    max_abs_z: float
-    passed: bool
-    prior_mean: np.ndarray
-    chain_mean: np.ndarray
-
-
-def _bonferroni_z(alpha: float, num_tests: int) -> float:
-    return float(-ndtri(alpha / (2.0 * num_tests)))
-
-
-def geweke_test(
-    model,
-    kernel,
-    model_kwargs,
-    test_functions: TestFunctions,
-    rng_key,
-    *,
-    num_steps: int = 20000,
-    num_prior: int = 20480,
-    sweeps_per_step: int = 1,
-    alpha: float = 0.01,
-    data_site: str = "X",
-) -> GewekeResult:
-    """Geweke's joint-distribution test of ``kernel`` against ``model``.
-
-    The null is "the kernel leaves p(theta | X) invariant"; ``passed`` is False when any z-score
-    of the first or second moments of a test function exceeds the Bonferroni threshold for
-    familywise level ``alpha``.
-    """
-    k_prior, k_init, k_chain = jax.random.split(rng_key, 3)
-
-    def prior_g(key):
-        values, _ = simulate(model, model_kwargs, key, data_site)
-        return _evaluate(test_functions, values)
-
-    G_prior = jax.jit(lambda ks: jax.lax.map(prior_g, ks, batch_size=_divisor(num_prior, 256)))(
-        jax.random.split(k_prior, num_prior)
-    )
-
-    values0, X0 = simulate(model, model_kwargs, k_init, data_site)
-    state0 = kernel.init(k_init, 0, values0, (X0,), model_kwargs)
-    labels = _labels(test_functions, values0)
-
-    @jax.jit
-    def run(state, X, key):
-        def body(carry, k):
-            state, X = carry
-            for _ in range(sweeps_per_step):
-                state = kernel.sample(state, (X,), model_kwargs)
-            values = kernel.get_constrain_fn((X,), model_kwargs)(state.z)
-            _, X = simulate(model, model_kwargs, k, data_site, values=values)
-            return (state, X), _evaluate(test_functions, values)
-
-        return jax.lax.scan(body, (state, X), jax.random.split(key, num_steps))[1]
-
-    G_chain = run(state0, X0, k_chain)
-    # The chain starts at a joint draw (values0, X0), so it is in equilibrium from the start when
-    # the kernel is right; a short burn-in still guards kernels that re-initialise blocks.
-    G_prior, G_chain = np.asarray(G_prior), np.asarray(G_chain)[num_steps // 20 :]
-    z = []
-    for f_prior, f_chain in ((G_prior, G_chain), (G_prior**2, G_chain**2)):
-        ess = np.asarray(effective_sample_size(f_chain[None]))
-        ess = np.clip(ess, 1.0, len(f_chain))
-        se2 = f_prior.var(0) / len(f_prior) + f_chain.var(0) / ess
-        z.append((f_chain.mean(0) - f_prior.mean(0)) / np.sqrt(se2))
-    z = np.concatenate(z)
-    threshold = _bonferroni_z(alpha, z.size)
-    max_abs_z = float(np.max(np.abs(z)))
-    return GewekeResult(
-        labels + [f"{l}^2" for l in labels],
-        z,
-        threshold,
-        max_abs_z,
-        bool(max_abs_z < threshold),
-        G_prior.mean(0),
-        G_chain.mean(0),
-    )
-
-
-# ---------------------------------------------------------------------------------- SBC
-class SBCResult(NamedTuple):
-    labels: list[str]
-    ranks: np.ndarray  # (num_simulations, F), values in 0..num_draws
-    p_values: np.ndarray  # (F,) chi-square test of uniform ranks
-    threshold: float
-    passed: bool
-
-
-def _chi2_pvalues(ranks: np.ndarray, num_draws: int, num_bins: int) -> np.ndarray:
-    S = ranks.shape[0]
-    bins = np.minimum((ranks * num_bins) // (num_draws + 1), num_bins - 1)
-    counts = np.stack([(bins == b).sum(0) for b in range(num_bins)])  # (B, F)
-    expected = S / num_bins
-    chi2 = ((counts - expected) ** 2 / expected).sum(0)
-    return np.asarray(gammaincc((num_bins - 1) / 2.0, chi2 / 2.0))
-
-
-SBC_COMPILER_OPTIONS = {"xla_backend_optimization_level": 2}
-"""XLA options :func:`sbc` compiles with by default: LLVM's optimisation at its usual level."""
-
-
-def sbc(
-    model,
-    kernel,
-    model_kwargs,
-    test_functions: TestFunctions,
-    rng_key,
-    *,
-    num_simulations: int = 200,
-    num_warmup: int = 100,
-    num_draws: int = 99,
-    thin: int = 5,
-    num_bins: int = 10,
-    alpha: float = 0.01,
-    batch_size: int = 8,
-    data_site: str = "X",
-    compiler_options: dict | None = None,
-) -> SBCResult:
-    """Simulation-based calibration of ``kernel`` on ``model``.
-
-    ``num_draws + 1`` should be a multiple of ``num_bins``. Ties (discrete test functions) are
-    broken at random. ``passed`` is False when any test function's chi-square p-value is below
-    ``alpha / F``.
-
-    ``compiler_options`` are XLA's options for the one compiled SBC program (``jax.jit``'s
-    argument); ``None`` means :data:`SBC_COMPILER_OPTIONS`, LLVM's optimisation on. The program
-    runs ``num_simulations x (num_warmup + num_draws x thin)`` sweeps, so it is run-bound, and it
-    stays optimised in a process that compiles everything else at
-    ``--xla_backend_optimization_level=0`` (the test suite does, for its many short programs).
-    Measured on 2 cores, 100 simulations of the informative configurations at level 0 against
-    level 2: TA 54 s against 26, convolutional FA 64 against 24, rank SVM 49 against 37
-    (compilation included). Pass ``{}`` to keep the process's own settings.
-    """
-    if compiler_options is None:
-        compiler_options = SBC_COMPILER_OPTIONS
-    values0, X0 = simulate(model, model_kwargs, rng_key, data_site)
-    labels = _labels(test_functions, values0)
-
-    def one(key):
-        k_sim, k_init, k_run, k_tie = jax.random.split(key, 4)
-        truth, X = simulate(model, model_kwargs, k_sim, data_site)
-        state = kernel.init(k_init, num_warmup, None, (X,), model_kwargs)
-
-        def step(state, _):
-            return kernel.sample(state, (X,), model_kwargs), None
-
-        state = jax.lax.scan(step, state, None, length=num_warmup)[0]
-
-        def draw(state, _):
-            state = jax.lax.scan(step, state, None, length=thin)[0]
-            values = kernel.get_constrain_fn((X,), model_kwargs)(state.z)
-            return state, _evaluate(test_functions, values)
-
-        G = jax.lax.scan(draw, state, None, length=num_draws)[1]  # (L, F)
-        g_true = _evaluate(test_functions, truth)
-        below = (G < g_true).sum(0)
-        ties = (G == g_true).sum(0)
-        u = jax.random.uniform(k_tie, g_true.shape)
-        return below + jnp.floor(u * (ties + 1)).astype(below.dtype)
-
-    keys = jax.random.split(rng_key, num_simulations)
-    batch = _divisor(num_simulations, batch_size)
-    ranks = np.asarray(jax.jit(lambda ks: jax.lax.map(one, ks, batch_size=batch),
-                               compiler_options=compiler_options)(keys))
-    p = _chi2_pvalues(ranks, num_draws, num_bins)
-    threshold = alpha / p.size
-    return SBCResult(labels, ranks, p, threshold, bool(np.min(p) > threshold))

@@ -20,7 +20,7 @@ import pytest
 from numpyro.infer import Predictive
 
 from latentzoo.cli import main
-from latentzoo.inference.checks import geweke_test, sbc
+from latentzoo.inference.checks import geweke_tests, sbc_runs
 from latentzoo.inference.gibbs import ConjugateGibbs
 from latentzoo.inference.updates import GibbsUpdate
 from latentzoo.registry import families
@@ -50,12 +50,12 @@ def test_prior_predictive_shapes(family):
     assert all(np.all(np.isfinite(np.asarray(v, dtype=float))) for v in draws.values())
 
 
-def _scaled(update: GibbsUpdate, site: str) -> GibbsUpdate:
+def _scaled(update: GibbsUpdate, site: str, factor) -> GibbsUpdate:
     def draw(key, values, obs, priors):
         out = update.sample(key, values, obs, priors)
-        return {**out, site: 0.8 * out[site]}
+        return {**out, site: factor * out[site]}
 
-    return GibbsUpdate(f"{update.name} (broken: x0.8)", update.sites, update.requires, draw=draw)
+    return GibbsUpdate(f"{update.name} (scaled)", update.sites, update.requires, draw=draw)
 
 
 def _table(family, kw=None):
@@ -65,29 +65,31 @@ def _table(family, kw=None):
     return fn(kw or family.checks.model_kwargs) if inspect.signature(fn).parameters else fn()
 
 
-def _broken_table(family, kw=None):
+def _kernel_of(family, kw=None):
+    """knob -> the family's Gibbs kernel with the broken site's draw multiplied by the knob: 1.0
+    is the table itself (x * 1.0 == x exactly), 0.8 its broken twin. The knob is traced, so the
+    table and its twin run from one compiled program."""
     site = family.checks.broken_site
-    table = _table(family, kw)
-    out = [_scaled(u, site) if site in u.sites and isinstance(u, GibbsUpdate) else u for u in table]
-    assert out != table, f"no update of {family.name} writes {site}"
-    return out
 
+    def kernel_of(knob):
+        table = _table(family, kw)
+        out = [_scaled(u, site, knob) if site in u.sites and isinstance(u, GibbsUpdate) else u
+               for u in table]
+        assert out != table, f"no update of {family.name} writes {site}"
+        return ConjugateGibbs(family.model, out)
 
-def _geweke(family, table):
-    kernel = ConjugateGibbs(family.model, table)
-    return geweke_test(
-        family.model, kernel, family.checks.model_kwargs, family.checks.test_functions,
-        jax.random.PRNGKey(family.checks.geweke_seed), num_steps=3000, num_prior=4096,
-        data_site=family.checks.data_sites,
-    )
+    return kernel_of
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("family", WITH_GIBBS, ids=ids)
 def test_gibbs_table_passes_short_geweke_and_broken_twin_fails(family):
-    good = _geweke(family, family.checks.gibbs_table())
+    good, bad = geweke_tests(
+        family.model, _kernel_of(family), [1.0, 0.8], family.checks.model_kwargs,
+        family.checks.test_functions, jax.random.PRNGKey(family.checks.geweke_seed),
+        num_steps=3000, num_prior=4096, data_site=family.checks.data_sites,
+    )
     assert good.passed, dict(zip(good.labels, np.round(good.z_scores, 2)))
-    bad = _geweke(family, _broken_table(family))
     assert not bad.passed, dict(zip(bad.labels, np.round(bad.z_scores, 2)))
 
 
@@ -116,19 +118,14 @@ def test_gibbs_table_passes_sbc_where_the_posterior_is_informative(family):
     assert kw is not None, f"{family.name} declares no informative configuration"
 
     warmup = family.checks.informative_warmup
-
-    def run(table, simulations):
-        return sbc(family.model, ConjugateGibbs(family.model, table), kw,
-                   family.checks.test_functions, jax.random.PRNGKey(12),
-                   num_simulations=simulations, num_warmup=warmup, num_draws=49,
-                   thin=max(2, warmup // 25), num_bins=5, data_site=family.checks.data_sites)
-
-    good = run(_table(family, kw), 100)
-    assert good.passed, dict(zip(good.labels, np.round(good.p_values, 4)))
     # the broken twin piles the truth's ranks at one end: half the simulations still fail it by
     # orders of magnitude, at half the cost (smallest p-value at 50 simulations, measured:
     # rank-svm 3e-18, cfa 6e-27, mta 3e-32, fa / mfa / cvq 5e-40, ta 4e-42)
-    bad = run(_broken_table(family, kw), 50)
+    good, bad = sbc_runs(family.model, _kernel_of(family, kw), [1.0, 0.8], kw,
+                         family.checks.test_functions, jax.random.PRNGKey(12),
+                         num_simulations=[100, 50], num_warmup=warmup, num_draws=49,
+                         thin=max(2, warmup // 25), num_bins=5, data_site=family.checks.data_sites)
+    assert good.passed, dict(zip(good.labels, np.round(good.p_values, 4)))
     assert not bad.passed, dict(zip(bad.labels, np.round(bad.p_values, 8)))
 
 

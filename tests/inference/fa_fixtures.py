@@ -22,14 +22,16 @@ TEST_FUNCTIONS = {
 }
 
 
-def broken_psi_update() -> GibbsUpdate:
-    """psi | rest with the Gamma shape off by N/2: the deliberately wrong control."""
+def broken_psi_update(knob=1.0) -> GibbsUpdate:
+    """psi | rest with the Gamma shape off by knob x N/2: the deliberately wrong control (knob 1).
+    Knob 0 is the right update exactly; a traced knob lets the right table and the control
+    share one compiled check (``sbc_runs``)."""
     right = fa_gibbs.psi_update()
 
     def conditional(values, obs, priors):
         d = right.conditional(values, obs, priors)["psi"]
         N = obs["X"].shape[0]
-        return {"psi": dist.Gamma(d.concentration + 0.5 * N, d.rate)}
+        return {"psi": dist.Gamma(d.concentration + knob * 0.5 * N, d.rate)}
 
     return GibbsUpdate("psi (broken: shape + N/2)", ("psi",), right.requires, conditional)
 

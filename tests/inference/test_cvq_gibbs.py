@@ -13,7 +13,7 @@ import pytest
 from numpyro.infer import MCMC
 
 from latentzoo.inference.cvq import gibbs as cvq_gibbs
-from latentzoo.inference.checks import check_conditional, geweke_test, sbc, simulate
+from latentzoo.inference.checks import check_conditional, geweke_test, sbc_runs, simulate
 from latentzoo.inference.gibbs import ConjugateGibbs, read_model
 from latentzoo.inference.updates import GibbsUpdate
 from latentzoo.models.cvq import cvq
@@ -30,19 +30,20 @@ TEST_FUNCTIONS = {
 }
 
 
-def broken_tau_update():
+def broken_tau_update(knob=1.0):
+    """tau | rest with the Gamma shape off by knob x N/2 (knob 0: the right update exactly)."""
     good = cvq_gibbs.tau_update()
 
     def conditional(values, obs, priors):
         d = good.conditional(values, obs, priors)["tau"]
         N = obs["X"].shape[0]
-        return {"tau": dist.Gamma(d.concentration + 0.5 * N, d.rate)}
+        return {"tau": dist.Gamma(d.concentration + knob * 0.5 * N, d.rate)}
 
     return GibbsUpdate("tau (broken)", ("tau",), good.requires, conditional)
 
 
-def table_with_broken_tau():
-    return [u for u in cvq_gibbs.cvq_updates() if u.sites != ("tau",)] + [broken_tau_update()]
+def table_with_broken_tau(knob=1.0):
+    return [u for u in cvq_gibbs.cvq_updates() if u.sites != ("tau",)] + [broken_tau_update(knob)]
 
 
 @pytest.mark.parametrize("update", cvq_gibbs.cvq_updates(), ids=lambda u: u.name.split()[0])
@@ -75,20 +76,14 @@ def test_geweke_fails_broken_tau():
     assert not r.passed and r.max_abs_z > 2 * r.threshold
 
 
-def _sbc(table):
-    kernel = ConjugateGibbs(cvq, table)
-    return sbc(cvq, kernel, SMALL, TEST_FUNCTIONS, jax.random.PRNGKey(3), num_simulations=120,
-               num_warmup=30, num_draws=59, thin=2)
-
-
-def test_sbc_passes():
-    r = _sbc(cvq_gibbs.cvq_updates())
-    assert r.passed, dict(zip(r.labels, np.round(r.p_values, 4)))
-
-
-def test_sbc_fails_broken_tau():
-    r = _sbc(table_with_broken_tau())
-    assert not r.passed
+def test_sbc_passes_and_fails_broken_tau():
+    # knob 0 is the table exactly (tau last, as the broken table orders it), knob 1 the broken
+    # tau update: one compiled program
+    good, bad = sbc_runs(cvq, lambda knob: ConjugateGibbs(cvq, table_with_broken_tau(knob)), [0.0, 1.0],
+                         SMALL, TEST_FUNCTIONS, jax.random.PRNGKey(3), num_simulations=120,
+                         num_warmup=30, num_draws=59, thin=2)
+    assert good.passed, dict(zip(good.labels, np.round(good.p_values, 4)))
+    assert not bad.passed
 
 
 def test_column_scan_draw_for_large_K_leaves_conditional_invariant():

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from latentzoo.inference.fa import gibbs as fa_gibbs
-from latentzoo.inference.checks import check_conditional, geweke_test, sbc
+from latentzoo.inference.checks import check_conditional, geweke_test, sbc_runs
 from latentzoo.inference.gibbs import ConjugateGibbs
 from latentzoo.models.factor_analysis import factor_analysis
 
@@ -57,27 +57,14 @@ def test_geweke_fails_broken_scale_move():
     assert not result.passed
 
 
-def _sbc(table):
-    kernel = ConjugateGibbs(factor_analysis, table)
-    return sbc(
-        factor_analysis,
-        kernel,
-        SMALL,
-        TEST_FUNCTIONS,
-        jax.random.PRNGKey(3),
-        num_simulations=200,
-        num_warmup=50,
-        num_draws=99,
-        thin=3,
-    )
+def test_sbc_passes_full_table_and_fails_broken_psi_update():
+    # knob 0 is the full table exactly, knob 1 the broken psi update: one compiled program
+    def kernel_of(knob):
+        return ConjugateGibbs(factor_analysis, table_with({"psi": broken_psi_update(knob)}))
 
-
-def test_sbc_passes_full_table():
-    result = _sbc(fa_gibbs.fa_updates())
-    assert result.passed, dict(zip(result.labels, np.round(result.p_values, 4)))
-
-
-def test_sbc_fails_broken_psi_update():
-    result = _sbc(table_with({"psi": broken_psi_update()}))
-    assert not result.passed
-    assert result.p_values.min() < 1e-20
+    good, bad = sbc_runs(factor_analysis, kernel_of, [0.0, 1.0], SMALL, TEST_FUNCTIONS,
+                         jax.random.PRNGKey(3), num_simulations=200, num_warmup=50, num_draws=99,
+                         thin=3)
+    assert good.passed, dict(zip(good.labels, np.round(good.p_values, 4)))
+    assert not bad.passed
+    assert bad.p_values.min() < 1e-20

@@ -23,7 +23,7 @@ from numpyro.infer.util import log_density
 from sklearn.metrics import adjusted_rand_score
 
 from latentzoo.inference.mfa import gibbs as mg
-from latentzoo.inference.checks import check_conditional, geweke_test, sbc, simulate
+from latentzoo.inference.checks import check_conditional, geweke_test, sbc_runs, simulate
 from latentzoo.inference.gibbs import ConjugateGibbs, read_model
 from latentzoo.inference.updates import GibbsUpdate
 from latentzoo.models.mfa import mfa
@@ -60,19 +60,20 @@ GEWEKE_FUNCTIONS = {
 }
 
 
-def broken_psi_update() -> GibbsUpdate:
-    """psi | rest with the Gamma shape off by N/2: the deliberately wrong control."""
+def broken_psi_update(knob=1.0) -> GibbsUpdate:
+    """psi | rest with the Gamma shape off by knob x N/2: the deliberately wrong control (knob 1;
+    knob 0 is the right update exactly)."""
     right = mg.psi_update()
 
     def conditional(values, obs, priors):
         d = right.conditional(values, obs, priors)["psi"]
-        return {"psi": dist.Gamma(d.concentration + 0.5 * obs["X"].shape[0], d.rate)}
+        return {"psi": dist.Gamma(d.concentration + knob * 0.5 * obs["X"].shape[0], d.rate)}
 
     return GibbsUpdate("psi (broken: shape + N/2)", ("psi",), right.requires, conditional)
 
 
-def broken_table():
-    return [broken_psi_update() if u.name.startswith("psi") else u for u in mg.mfa_updates()]
+def broken_table(knob=1.0):
+    return [broken_psi_update(knob) if u.name.startswith("psi") else u for u in mg.mfa_updates()]
 
 
 # ------------------------------------------------------------------ closed-form conditionals
@@ -179,22 +180,14 @@ def test_geweke_fails_broken_psi_update():
 
 
 # ------------------------------------------------------------------------------------ SBC
-def _sbc(table, num_simulations):
-    return sbc(
-        mfa, ConjugateGibbs(mfa, table), SMALL, SBC_FUNCTIONS, jax.random.PRNGKey(3),
-        num_simulations=num_simulations, num_warmup=50, num_draws=99, thin=3,
-    )
-
-
-def test_sbc_passes_full_table():
-    result = _sbc(mg.mfa_updates(), 200)
-    assert result.passed, dict(zip(result.labels, np.round(result.p_values, 4)))
-
-
-def test_sbc_fails_broken_psi_update():
-    result = _sbc(broken_table(), 96)
-    assert not result.passed
-    assert result.p_values.min() < 1e-20
+def test_sbc_passes_full_table_and_fails_broken_psi_update():
+    # knob 0 is the full table exactly, knob 1 the broken psi update: one compiled program
+    good, bad = sbc_runs(mfa, lambda knob: ConjugateGibbs(mfa, broken_table(knob)), [0.0, 1.0],
+                         SMALL, SBC_FUNCTIONS, jax.random.PRNGKey(3), num_simulations=[200, 96],
+                         num_warmup=50, num_draws=99, thin=3)
+    assert good.passed, dict(zip(good.labels, np.round(good.p_values, 4)))
+    assert not bad.passed
+    assert bad.p_values.min() < 1e-20
 
 
 # ------------------------------------------------------------------ MCMC, ArviZ, recovery

@@ -16,7 +16,7 @@ import numpyro.distributions as dist
 import pytest
 from numpyro.infer.util import log_density
 
-from latentzoo.inference.checks import check_conditional, geweke_test, sbc, simulate
+from latentzoo.inference.checks import check_conditional, geweke_test, sbc_runs, simulate
 from latentzoo.inference.gibbs import ConjugateGibbs, read_model
 from latentzoo.inference.ta import gibbs as tg
 from latentzoo.inference.ta import table as ta_tables
@@ -241,19 +241,20 @@ GEWEKE_MTA = {**SBC_MTA, "z_sq": lambda v: jnp.mean(v["z_2"] ** 2) + jnp.mean(v[
               "same_label": lambda v: jnp.mean(v["c"][:, None] == v["c"][None, :])}
 
 
-def broken_Psi_update() -> GibbsUpdate:
-    """Psi | rest with the InvGamma shape off by N/2: the deliberately wrong control."""
+def broken_Psi_update(knob=1.0) -> GibbsUpdate:
+    """Psi | rest with the InvGamma shape off by knob x N/2: the deliberately wrong control (knob
+    1; knob 0 is the right update exactly)."""
     right = tg.Psi_update()
 
     def conditional(values, obs, priors):
         d = right.conditional(values, obs, priors)["Psi"]
-        return {"Psi": dist.InverseGamma(d.concentration + 0.5 * obs["X"].shape[0], d.rate)}
+        return {"Psi": dist.InverseGamma(d.concentration + knob * 0.5 * obs["X"].shape[0], d.rate)}
 
     return GibbsUpdate("Psi (broken: shape + N/2)", ("Psi",), right.requires, conditional)
 
 
-def _broken(table):
-    return [broken_Psi_update() if u.sites == ("Psi",) else u for u in table]
+def _broken(table, knob=1.0):
+    return [broken_Psi_update(knob) if u.sites == ("Psi",) else u for u in table]
 
 
 CASES = {
@@ -279,19 +280,14 @@ def test_geweke_fails_broken_Psi_update(name):
 
 
 @pytest.mark.parametrize("name", CASES)
-def test_sbc_passes_full_table(name):
+def test_sbc_passes_full_table_and_fails_broken_Psi_update(name):
+    # knob 0 is the full table exactly, knob 1 the broken Psi update: one compiled program
     model, kw, table, _, functions = CASES[name]
-    result = sbc(model, ConjugateGibbs(model, table), kw, functions, jax.random.PRNGKey(3),
-                 num_simulations=160, num_warmup=50, num_draws=99, thin=3)
-    assert result.passed, dict(zip(result.labels, np.round(result.p_values, 4)))
-
-
-@pytest.mark.parametrize("name", CASES)
-def test_sbc_fails_broken_Psi_update(name):
-    model, kw, table, _, functions = CASES[name]
-    result = sbc(model, ConjugateGibbs(model, _broken(table)), kw, functions, jax.random.PRNGKey(3),
-                 num_simulations=80, num_warmup=50, num_draws=99, thin=3)
-    assert not result.passed and result.p_values.min() < 1e-10
+    good, bad = sbc_runs(model, lambda knob: ConjugateGibbs(model, _broken(table, knob)), [0.0, 1.0],
+                         kw, functions, jax.random.PRNGKey(3), num_simulations=[160, 80],
+                         num_warmup=50, num_draws=99, thin=3)
+    assert good.passed, dict(zip(good.labels, np.round(good.p_values, 4)))
+    assert not bad.passed and bad.p_values.min() < 1e-10
 
 
 # ---------------------------------------------------------------- the partially collapsed move
