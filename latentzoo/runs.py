@@ -100,7 +100,12 @@ def mcmc_idata(mcmc, *, log_likelihood: dict | None = None, drop=()):
     ``log_likelihood``: pointwise values to store, None for NumPyro's own, False for none."""
     idata = azx.from_mcmc(mcmc, log_likelihood=log_likelihood)
     present = [v for v in azx.posterior_var_names(idata) if v in drop]
-    return azx.drop_posterior_vars(idata, present) if present else idata
+    idata = azx.drop_posterior_vars(idata, present) if present else idata
+    # the draws per chain the sampler made (a family may cap the CLI's request, e.g. --quick),
+    # for the thinning note
+    if isinstance(getattr(mcmc, "num_samples", None), int):
+        azx.set_posterior_attrs(idata, latentzoo_draws_per_chain=mcmc.num_samples)
+    return idata
 
 
 def point_idata(estimates: dict, objective, *, observed: dict, log_likelihood: dict | None = None):
@@ -277,8 +282,10 @@ def write_run(out: str, idata, *, family, method, seconds: float, data_name: str
     :func:`add_stored_predictive`), ``summary.csv`` and ``trace.png`` into ``out`` through a
     staging folder (all three appear together or none); print the summary. Returns the summary
     table.
-    ``requested_draws``: draws per chain the run made; fewer kept (storage thinning) is recorded
-    in the attributes (``latentzoo_draws_per_chain``, ``latentzoo_thinning``) and printed."""
+    ``requested_draws``: draws per chain the run asked for; the count the sampler made, where
+    ``idata`` records it (``latentzoo_draws_per_chain``, set by :func:`mcmc_idata`), takes its
+    place. Fewer kept (storage thinning) is recorded in the attributes
+    (``latentzoo_draws_per_chain``, ``latentzoo_thinning``) and printed."""
     from latentzoo.results import atomic_write_text, staged_run_dir, writing
 
     title = f"{family.name} / {method.name} on {data_name}"
@@ -287,6 +294,10 @@ def write_run(out: str, idata, *, family, method, seconds: float, data_name: str
         latentzoo_seconds=float(seconds),
     )
     replicates = add_stored_predictive(idata, family)
+    if requested_draws is not None and not is_point_fit(idata):
+        # the sampler's own count where the run recorded it (mcmc_idata): a family may cap the
+        # command line's request (--quick)
+        requested_draws = int(azx.posterior_attrs(idata).get("latentzoo_draws_per_chain", requested_draws))
     thinned = thinning_note(idata, requested_draws)
     if requested_draws is not None and not is_point_fit(idata):
         kept = int(idata.posterior.sizes.get("draw", 0))

@@ -304,15 +304,26 @@ def test_a_thinned_run_says_so_in_its_summary_and_attributes(tmp_path, capsys):
     from latentzoo.runs import write_run
 
     fa = get_family("fa")
-    rng = np.random.default_rng(0)
-    idata = azx.from_draws({"psi": rng.gamma(2.0, size=(2, 50, 3))},
-                           observed_data={"X": rng.normal(size=(10, 3))})
-    write_run(str(tmp_path / "run"), idata, family=fa, method=fa.method("gibbs"), seconds=1.0,
+    def toy():  # write_run records attributes on the InferenceData it writes: one per run
+        rng = np.random.default_rng(0)
+        return azx.from_draws({"psi": rng.gamma(2.0, size=(2, 50, 3))},
+                              observed_data={"X": rng.normal(size=(10, 3))})
+
+    write_run(str(tmp_path / "run"), toy(), family=fa, method=fa.method("gibbs"), seconds=1.0,
               data_name="toy", requested_draws=200)
     assert "keeps 50 of 200 draws per chain (one in 4" in capsys.readouterr().out
     saved = azx.load(str(tmp_path / "run" / "posterior.nc"))
     assert saved.posterior.attrs["latentzoo_draws_per_chain"] == 200
     assert saved.posterior.attrs["latentzoo_thinning"] == 4
-    write_run(str(tmp_path / "all"), idata, family=fa, method=fa.method("gibbs"), seconds=1.0,
+    write_run(str(tmp_path / "all"), toy(), family=fa, method=fa.method("gibbs"), seconds=1.0,
               data_name="toy", requested_draws=50)
     assert "keeps" not in capsys.readouterr().out  # nothing thinned: nothing to say
+    # a family that capped the request (--quick: rank-svm, ta, mta, cfa, cvq, noca) recorded the
+    # draws it made; 50 kept of 50 made is no thinning, whatever the command line asked for
+    capped = azx.set_posterior_attrs(toy(), latentzoo_draws_per_chain=50)
+    write_run(str(tmp_path / "capped"), capped, family=fa, method=fa.method("gibbs"), seconds=1.0,
+              data_name="toy", requested_draws=1000)
+    assert "keeps" not in capsys.readouterr().out
+    saved = azx.load(str(tmp_path / "capped" / "posterior.nc"))
+    assert saved.posterior.attrs["latentzoo_draws_per_chain"] == 50
+    assert saved.posterior.attrs["latentzoo_thinning"] == 1
