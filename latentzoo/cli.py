@@ -788,8 +788,10 @@ def _cmd_predict(args) -> int:
               f"{os.path.join(args.out, 'predictions.csv')}")
         return 0
     table = write_predictions(args.out, result)
-    lpd = table["log_predictive_density"]
-    print(f"{len(table)} rows: mean log predictive density {lpd.mean():.4f} per row "
+    lpd = result.log_predictive_density
+    what = "log predictive density" if result.log_lik_kind == "exact" else \
+        f"log predictive density ({result.log_lik_kind}: too many sources to sum out exactly)"
+    print(f"{len(table)} rows: mean {what} {lpd.mean():.4f} per row "
           f"(sum {lpd.sum():.2f}) over {result.posterior_draws} posterior draws"
           + (f"; {result.imputed} missing entries imputed" if result.imputed else ""))
     print(f"wrote {os.path.join(args.out, 'predictions.nc')}, {os.path.join(args.out, 'predictions.csv')}")

@@ -14,6 +14,13 @@ at most :data:`MAX_DRAWS` evenly spaced posterior draws, and returns:
 - ``imputed_mean`` (M, D): the new rows with each missing entry at its posterior predictive
   mean (the draws' conditional means averaged).
 
+The binary-source families (CVQ, NOCA) sum their K sources out exactly up to
+:data:`MAX_ENUMERATED_K`; above it each row's density is the mean-field lower bound at that draw
+(``log_lik_kind`` says which, and so does the predictions table's column name), and the
+``predictions`` group adds ``source_prob`` (chains, draws, M, K), each row's posterior
+p(s_k = 1 | x) (exact, or the mean-field marginals), whose mean over the first chain's draws is
+``source_probability`` (chains of a sampler may label the sources differently).
+
 A classifier (the rank SVM) returns class probabilities instead of densities: ``prob``
 (chains, draws, M) in the ``predictions`` group, p(y = +1 | θ_s, x) per draw, and
 ``positive_probability`` (M,), their mean over draws (the posterior predictive), with
@@ -31,8 +38,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["predict", "write_predictions", "Prediction", "MAX_DRAWS", "per_draw", "enumerated_log_lik",
-           "MAX_ENUMERATED_K", "classify"]
+__all__ = ["predict", "write_predictions", "Prediction", "MAX_DRAWS", "per_draw", "binary_source_scores",
+           "MAX_ENUMERATED_K", "LOWER_BOUND", "classify",
+           "density_column"]
 
 MAX_DRAWS = 200  # posterior draws used (evenly spaced): the predictive's Monte Carlo error is small
 
@@ -50,9 +58,12 @@ class Prediction(NamedTuple):
     labels: np.ndarray | None = None  # true labels read from the new data's last column
     restored: dict | None = None  # an image model's {"image", "noise_sd" (N,), "missing" (N,)}
     log_predictive_density_stderr: np.ndarray | None = None  # where the densities are estimates
+    log_lik_kind: str = "exact"  # or LOWER_BOUND: the densities are bounds, and so is their mean
+    source_probability: np.ndarray | None = None  # binary sources: p(s_k = 1 | x) (M, K), chain 0
 
 
 MAX_ENUMERATED_K = 12  # binary sources summed out exactly up to 2^12 states per row
+LOWER_BOUND = "mean-field lower bound"  # what a binary-source family scores above that K
 
 
 def per_draw(fn, idata, X_new, sites):
@@ -70,18 +81,23 @@ def per_draw(fn, idata, X_new, sites):
     return tuple(shaped) if isinstance(out, tuple) else shaped[0]
 
 
-def enumerated_log_lik(idata, X_new, sites, log_lik, *, family: str, K: int) -> dict:
-    """``{"log_lik": (chains, draws, M)}`` for a binary-source family whose per-row likelihood
-    sums its 2^K source states out exactly: ``log_lik(X, *draw_of_sites) -> (M,)`` under each
-    stored draw. Complete rows only (the enumeration has no masked form yet), K up to
-    :data:`MAX_ENUMERATED_K`; otherwise one ValueError sentence."""
+def binary_source_scores(idata, X_new, sites, exact_rows, bound_rows, *, family: str, K: int) -> dict:
+    """A binary-source family's scores of new complete rows under each stored draw:
+
+    - ``log_lik`` (chains, draws, M): log p(x_n | draw), the 2^K source states summed out exactly
+      (``exact_rows``) up to K = :data:`MAX_ENUMERATED_K`; above it, the mean-field lower bound
+      (``bound_rows``), labelled by ``log_lik_kind``;
+    - ``source_prob`` (chains, draws, M, K): each row's posterior p(s_nk = 1 | x_n, draw), exact
+      with the enumeration, the mean-field marginals with the bound.
+
+    ``exact_rows`` / ``bound_rows``: ``(X, *draw_of_sites) -> (loglik (M,), probs (M, K))``.
+    ValueError for missing entries (neither path has a masked form)."""
     if np.isnan(X_new).any():
         raise ValueError(f"The {family} model scores complete rows only; the new data have "
                          f"{int(np.isnan(X_new).sum())} missing (NaN) entries.")
-    if K > MAX_ENUMERATED_K:
-        raise ValueError(f"The {family} run has K = {K} sources; exact scoring sums 2^K states "
-                         f"per row and stops at K = {MAX_ENUMERATED_K}.")
-    return {"log_lik": per_draw(log_lik, idata, X_new, sites)}
+    exact = K <= MAX_ENUMERATED_K
+    ll, probs = per_draw(exact_rows if exact else bound_rows, idata, X_new, sites)
+    return {"log_lik": ll, "source_prob": probs, "log_lik_kind": "exact" if exact else LOWER_BOUND}
 
 
 def _new_rows(X_new, D: int | None) -> np.ndarray:
@@ -182,6 +198,10 @@ def predict(run_dir: str, X_new, *, max_draws: int = MAX_DRAWS,
         values = tuple(json.loads(attrs.get("latentzoo_label_values", "[-1, 1]")))
         azx.set_posterior_attrs(draws, **meta, latentzoo_label_values=json.dumps(list(values)))
         return Prediction(draws, None, None, S, 0, prob.reshape(S, -1).mean(0), values, labels)
+    kind = out.pop("log_lik_kind", "exact")
+    sources = None
+    if "source_prob" in out:  # the first chain's draws: sources may be relabelled between chains
+        sources = np.asarray(out["source_prob"])[0].mean(0)
     ll = np.asarray(out["log_lik"], dtype=np.float64)
     if scale is not None:  # densities of the data as given: the transform's Jacobian
         ll = ll - np.where(np.isnan(X), 0.0, np.log(scale)).sum(-1)
@@ -199,9 +219,10 @@ def predict(run_dir: str, X_new, *, max_draws: int = MAX_DRAWS,
         imputed_mean = np.asarray(out["X_completed"]).reshape(S, *X.shape).mean(0)
         imputed_mean = np.where(np.isnan(X), imputed_mean, X)
     azx.add_predictions(draws, {k: np.asarray(v) for k, v in out.items()})
-    azx.set_posterior_attrs(draws, **meta)
+    azx.set_posterior_attrs(draws, **meta, latentzoo_log_lik=kind)
     return Prediction(draws, lpd, imputed_mean, S, int(np.isnan(X).sum()),
-                      log_predictive_density_stderr=lpd_se)
+                      log_predictive_density_stderr=lpd_se, log_lik_kind=kind,
+                      source_probability=sources)
 
 
 def _fitted_columns(idata, run_dir: str) -> int:
@@ -251,7 +272,8 @@ def classify(result: Prediction, y_true=None) -> dict:
 
 def write_predictions(out_dir: str, result: Prediction, y_true=None):
     """``predictions.nc`` (the InferenceData) and ``predictions.csv`` (one row per new row:
-    ``log_predictive_density``, then the completed entries where some were missing; for a
+    ``log_predictive_density`` (``..._lower_bound`` where the family scored a bound), the
+    sources' posterior ``p_source_k`` (binary-source families), then the completed entries where some were missing; for a
     classifier ``probability_of_<positive label>``, ``predicted`` and, given ``y_true``, the
     ``label``, with accuracy and log loss in the attributes) into ``out_dir``, together
     through a staging folder. Returns the table."""
@@ -271,9 +293,12 @@ def write_predictions(out_dir: str, result: Prediction, y_true=None):
             azx.set_posterior_attrs(result.idata, latentzoo_accuracy=scores["accuracy"],
                                     latentzoo_log_loss=scores["log_loss"])
     else:
-        table = pd.DataFrame({"log_predictive_density": result.log_predictive_density})
+        table = pd.DataFrame({density_column(result): result.log_predictive_density})
         if result.log_predictive_density_stderr is not None:
             table["stderr"] = result.log_predictive_density_stderr
+        if result.source_probability is not None:
+            for k in range(result.source_probability.shape[1]):
+                table[f"p_source_{k}"] = result.source_probability[:, k]
     if result.imputed and result.imputed_mean is not None:
         cols = pd.DataFrame(result.imputed_mean,
                             columns=[f"x{d}" for d in range(result.imputed_mean.shape[1])])
@@ -284,6 +309,12 @@ def write_predictions(out_dir: str, result: Prediction, y_true=None):
         with writing(os.path.join(out_dir, "predictions.csv"), out_dir):
             atomic_write_text(os.path.join(stage, "predictions.csv"), table.to_csv(index_label="row"))
     return table
+
+
+def density_column(result: Prediction) -> str:
+    """The name of the predictions table's density column: ``log_predictive_density``, or
+    ``log_predictive_density_lower_bound`` where the family scored a bound."""
+    return "log_predictive_density" + ("" if result.log_lik_kind == "exact" else "_lower_bound")
 
 
 def _write_images(out_dir: str, result: Prediction):

@@ -71,6 +71,9 @@ __all__ = [
     "cvq_vb_blocks",
     "EXACT_EM_BLOCKS",
     "cvq_bound",
+    "cvq_bound_rows",
+    "cvq_exact_rows",
+    "cvq_mean_field_rows",
     "cvq_exact_loglik",
     "cvq_e_step",
     "cvq_m_step",
@@ -109,16 +112,29 @@ def _entropy(lam):
     return -(xlogy(lam, lam) + xlog1py(1.0 - lam, -lam))
 
 
-def cvq_bound(params, X):
-    """The functional F(Q, theta) of the lecture, summed over rows (a scalar)."""
-    W, pi, sigma, lam = params["W_loc"], params["pi_loc"], params["sigma_loc"], params["lam"]
-    N, D = X.shape
+def cvq_bound_rows(X, W, pi, sigma, lam):
+    r"""The functional F(Q, theta) of the lecture split by rows, (N,): for each row n a lower
+    bound on log p(x_n | W, pi, sigma) at any mean-field Q(s_n) = prod_k Bernoulli(lam_nk),
+
+    .. math::
+
+        F_n = -\tfrac D2\log(2\pi\sigma^2) - \tfrac1{2\sigma^2}\Big(\lVert x_n - W\lambda_n
+              \rVert^2 + \sum_k \lambda_{nk}(1-\lambda_{nk})\lVert w_k\rVert^2\Big)
+              + \sum_k \mathbb E_Q\log p(s_{nk}\mid\pi_k) + H(Q_n).
+
+    X (N, D), W (D, K), pi (K,), sigma scalar, lam (N, K)."""
+    D = X.shape[1]
     R = X - lam @ W.T
     G_diag = (W * W).sum(0)
-    sq = (R * R).sum() + ((lam * (1.0 - lam)) @ G_diag).sum()
-    ll = -0.5 * N * D * jnp.log(2.0 * jnp.pi * sigma**2) - 0.5 * sq / sigma**2
-    prior = (xlogy(lam, pi) + xlog1py(1.0 - lam, -pi)).sum()
-    return ll + prior + _entropy(lam).sum()
+    sq = (R * R).sum(1) + (lam * (1.0 - lam)) @ G_diag
+    ll = -0.5 * D * jnp.log(2.0 * jnp.pi * sigma**2) - 0.5 * sq / sigma**2
+    prior = (xlogy(lam, pi) + xlog1py(1.0 - lam, -pi)).sum(1)
+    return ll + prior + _entropy(lam).sum(1)
+
+
+def cvq_bound(params, X):
+    """The functional F(Q, theta) of the lecture, summed over rows (a scalar)."""
+    return cvq_bound_rows(X, params["W_loc"], params["pi_loc"], params["sigma_loc"], params["lam"]).sum()
 
 
 def _state_log_joint(W, pi, sigma):
@@ -142,6 +158,23 @@ def cvq_exact_loglik(X, W, pi, sigma, *, per_row: bool = False):
     else:
         ll = enumerate_posterior(_state_log_joint(W, pi, sigma), X, all_states(K, X.dtype)).loglik
     return ll if per_row else ll.sum()
+
+
+def cvq_exact_rows(X, W, pi, sigma):
+    """``(loglik (N,), Es (N, K))``: log p(x_n | W, pi, sigma) and the posterior marginals
+    p(s_nk = 1 | x_n), both by enumerating the 2^K source states."""
+    stats = enumerate_posterior(_state_log_joint(W, pi, sigma), X, all_states(W.shape[1], X.dtype))
+    return stats.loglik, stats.Es
+
+
+def cvq_mean_field_rows(X, W, pi, sigma, num_sweeps: int = 100):
+    """``(bound (N,), lam (N, K))`` for K too large to enumerate: the mean-field posterior of
+    each row's sources at fixed parameters (``num_sweeps`` sweeps of :func:`cvq_e_step` from
+    lam = pi; each coordinate step maximises F_n, so F_n never decreases) and the lower bound
+    :func:`cvq_bound_rows` on log p(x_n) it reaches. Rows are independent: held-out rows too."""
+    lam = jnp.broadcast_to(pi, (X.shape[0], W.shape[1])).astype(X.dtype)
+    lam = cvq_e_step(lam, X, W, pi, sigma, num_sweeps)
+    return cvq_bound_rows(X, W, pi, sigma, lam), lam
 
 
 # ------------------------------------------------------------------------------- updates

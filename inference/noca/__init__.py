@@ -10,13 +10,15 @@ from latentzoo.inference.noca.blocks import (
     noca_vem,
     read_noca_priors,
 )
-from latentzoo.inference.noca.bound import noca_bound, noca_exact_loglik, noca_importance_loglik
-from latentzoo.inference.noca.fit import fit_noca, live_sources, noca_heldout_loglik, noca_mean_field
+from latentzoo.inference.noca.bound import noca_bound, noca_exact_loglik, noca_exact_rows, noca_importance_loglik
+from latentzoo.inference.noca.fit import (
+    fit_noca, live_sources, noca_heldout_loglik, noca_mean_field, noca_mean_field_rows,
+)
 from latentzoo.inference.noca.mcmc import noca_kernel, noca_updates
 
 __all__ = [
     "noca_vem", "noca_exact_em", "noca_vb_blocks", "noca_exact_em_blocks", "noca_guide",
-    "noca_data_init", "read_noca_priors", "noca_bound", "noca_exact_loglik",
-    "noca_importance_loglik", "fit_noca", "live_sources", "noca_heldout_loglik", "noca_mean_field",
+    "noca_data_init", "read_noca_priors", "noca_bound", "noca_exact_loglik", "noca_exact_rows",
+    "noca_importance_loglik", "fit_noca", "live_sources", "noca_heldout_loglik", "noca_mean_field", "noca_mean_field_rows",
     "noca_updates", "noca_kernel",
 ]

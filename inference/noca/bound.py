@@ -54,6 +54,7 @@ __all__ = [
     "noca_bound_rows",
     "noca_importance_loglik",
     "noca_exact_loglik",
+    "noca_exact_rows",
     "noca_state_log_joint",
 ]
 
@@ -137,6 +138,14 @@ def noca_exact_loglik(X, theta, theta0, pi, *, per_row: bool = False):
     ll = enumerate_posterior(noca_state_log_joint(theta, theta0, pi), X, all_states(K, X.dtype)).loglik
     return ll if per_row else ll.sum()
 
+
+
+def noca_exact_rows(X, theta, theta0, pi):
+    """``(loglik (N,), Es (N, K))``: log p(x_n | theta, theta0, pi) and the posterior marginals
+    p(s_ni = 1 | x_n), both by enumerating the 2^K states."""
+    stats = enumerate_posterior(noca_state_log_joint(theta, theta0, pi), X,
+                                all_states(theta.shape[0], X.dtype))
+    return stats.loglik, stats.Es
 
 
 def noca_importance_loglik(X, theta, theta0, pi, rng_key, *, lam=None, num_samples: int = 2000):

@@ -42,7 +42,7 @@ from latentzoo.inference.noca.bound import (
 from latentzoo.inference.noca.em import lam_update, q_update
 from latentzoo.inference.validation import check_matrix
 
-__all__ = ["fit_noca", "live_sources", "noca_heldout_loglik", "noca_mean_field"]
+__all__ = ["fit_noca", "live_sources", "noca_heldout_loglik", "noca_mean_field", "noca_mean_field_rows"]
 
 
 def live_sources(params, N: int, *, min_rows: float = 1.0, min_p: float = 0.05) -> np.ndarray:
@@ -214,6 +214,27 @@ def _mean_field(X, theta, theta0, pi, rows, cols, iters):
     for _ in range(iters):
         lam, q = _mf_body(X, theta, theta0, pi, rows, cols, lam, q)
     return lam, q
+
+
+def noca_mean_field_rows(X, theta, theta0, pi, *, num_pos: int, iters: int = 60):
+    """``(bound (N,), lam (N, K))`` for K too large to enumerate: the variational E-step at fixed
+    parameters (``iters`` rounds of q steps then the exact lam maximiser, from lam = 1/2 and q
+    uniform; neither step lowers the bound) and the Jaakkola-Jordan lower bound on each row's
+    log p(x_n) it reaches (:func:`~latentzoo.inference.noca.bound.noca_bound_rows`). ``num_pos``
+    is the number of ones in X (a shape, so static under jit). A loop in one program: vmap-able
+    over posterior draws."""
+    N, K = X.shape[0], theta.shape[0]
+    rows, cols = positive_index(X, num_pos)
+
+    def body(_, carry):
+        lam, q = carry
+        q = q_update(q, lam, theta, theta0, rows, cols, 2)
+        return lam_update(q, X, theta, theta0, pi, rows, cols), q
+
+    start = (jnp.full((N, K), 0.5, X.dtype), jnp.full((num_pos, K), 1.0 / K, X.dtype))
+    lam, q = jax.lax.fori_loop(0, iters, body, start)
+    params = {"pi_loc": pi, "theta_loc": theta, "theta0_loc": theta0, "lam": lam, "q": q}
+    return noca_bound_rows(params, X, num_pos=num_pos), lam
 
 
 def noca_heldout_loglik(X, params, *, rng_key=None, num_samples: int = 2000, exact_max_K: int = MAX_EXACT_K):

@@ -126,14 +126,15 @@ CVQ_CHECKS = FamilyChecks(
 )
 
 def cvq_predict(idata, X_new, run=None):
-    """New complete rows under each stored draw: ``log_lik`` (chains, draws, M), the sources
-    summed out over their 2^K states (:func:`~latentzoo.inference.cvq.em.cvq_exact_loglik`)."""
-    from latentzoo.inference.cvq.em import cvq_exact_loglik
-    from latentzoo.predict import enumerated_log_lik
+    """New complete rows under each stored draw: ``log_lik`` (chains, draws, M) and the sources'
+    posterior ``source_prob`` (chains, draws, M, K), the sources summed out over their 2^K states
+    (:func:`~latentzoo.inference.cvq.em.cvq_exact_rows`) up to K = 12, the mean-field lower bound
+    above (:func:`~latentzoo.inference.cvq.em.cvq_mean_field_rows`)."""
+    from latentzoo.inference.cvq.em import cvq_exact_rows, cvq_mean_field_rows
+    from latentzoo.predict import binary_source_scores
 
-    return enumerated_log_lik(
-        idata, X_new, ("W", "pi", "sigma"),
-        lambda X, W, pi, sigma: cvq_exact_loglik(X, W, pi, sigma, per_row=True), family="cvq",
+    return binary_source_scores(
+        idata, X_new, ("W", "pi", "sigma"), cvq_exact_rows, cvq_mean_field_rows, family="cvq",
         K=int(idata.posterior["W"].shape[-1]))
 
 

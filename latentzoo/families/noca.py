@@ -102,18 +102,24 @@ def _noca_vb_check():
 NOCA_CHECKS = FamilyChecks(model_kwargs=dict(N=10, D=5, K=2), vb=_noca_vb_check)
 
 def noca_predict(idata, X_new, run=None):
-    """New complete binary rows under each stored draw: ``log_lik`` (chains, draws, M), the
-    sources summed out over their 2^K states (:func:`~latentzoo.inference.noca.noca_exact_loglik`)."""
-    from latentzoo.inference.noca import noca_exact_loglik
-    from latentzoo.predict import enumerated_log_lik
+    """New complete binary rows under each stored draw: ``log_lik`` (chains, draws, M) and the
+    sources' posterior ``source_prob`` (chains, draws, M, K), the sources summed out over their
+    2^K states (:func:`~latentzoo.inference.noca.noca_exact_rows`) up to K = 12, the
+    Jaakkola-Jordan mean-field lower bound above
+    (:func:`~latentzoo.inference.noca.noca_mean_field_rows`)."""
+    from functools import partial
+
+    from latentzoo.inference.noca import noca_exact_rows, noca_mean_field_rows
+    from latentzoo.predict import binary_source_scores
 
     X_new = np.asarray(X_new)
     if not np.isin(X_new[~np.isnan(X_new)], (0.0, 1.0)).all():
         raise ValueError("The noca model scores binary rows; the new data hold values other than 0 and 1.")
-    return enumerated_log_lik(
-        idata, X_new, ("theta", "theta0", "pi"),
-        lambda X, theta, theta0, pi: noca_exact_loglik(X, theta, theta0, pi, per_row=True),
-        family="noca", K=int(idata.posterior["theta"].shape[-2]))
+    num_pos = int(np.nansum(X_new))
+    return binary_source_scores(
+        idata, X_new, ("theta", "theta0", "pi"), noca_exact_rows,
+        partial(noca_mean_field_rows, num_pos=num_pos), family="noca",
+        K=int(idata.posterior["theta"].shape[-2]))
 
 
 NOCA = register(
