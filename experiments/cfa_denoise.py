@@ -1,8 +1,9 @@
-"""Denoising and inpainting a shipped sample image with one convolutional FA layer, against a
-patch-based dictionary-learning baseline (scikit-learn) and interpolation.
+"""Denoising and inpainting an image with one convolutional FA layer, against NL-means
+(scikit-image), a patch-based dictionary-learning baseline (scikit-learn) and interpolation.
 
-Data: a greyscale ``--size`` x ``--size`` crop of scikit-learn's ``china.jpg`` (0-255 scale; no
-network). Tasks:
+Data: a greyscale ``--size`` x ``--size`` crop of ``--image``: one of scikit-learn's shipped sample
+images (``china.jpg``, the default, or ``flower.jpg``; no network), or a 2-D greyscale ``.npy`` on
+the 0-255 scale (a ``--size`` crop from its centre). Tasks:
 
 - **denoising** at additive Gaussian noise of sd ``--sigmas`` (default 15, 25, 50);
 - **inpainting** with ``--missing`` (default 50 %) of the pixels removed at random.
@@ -14,7 +15,9 @@ imputed by data augmentation.
 
 Baselines:
 
-- denoising: scikit-learn's ``MiniBatchDictionaryLearning`` on the noisy image's 7x7 patches
+- denoising: scikit-image's non-local means (``denoise_nl_means``, the original pixelwise
+  algorithm, 5x5 patches searched within 6 pixels, cut-off h = 0.8 sigma, *given* the true sigma:
+  the settings of scikit-image's NL-means example), and scikit-learn's ``MiniBatchDictionaryLearning`` on the noisy image's 7x7 patches
   (64 atoms), codes by orthogonal matching pursuit stopped at the K-SVD tolerance
   ``49 (1.15 sigma)^2`` (it is *given* the true sigma), overlapping patches averaged (the
   scikit-learn denoising example's pipeline);
@@ -23,7 +26,10 @@ Baselines:
 
 PSNR = 10 log10(255^2 / MSE) over the whole crop.
 
-    python experiments/cfa_denoise.py [--quick] [--out DIR] [--size S] [--sigmas 15 25 50]
+scikit-image comes with the ``experiments`` extra (``pip install -e ".[experiments]"``).
+
+    python experiments/cfa_denoise.py [--quick] [--out DIR] [--image china.jpg|flower.jpg|FILE.npy]
+                                      [--size S] [--sigmas 15 25 50]
 """
 
 from __future__ import annotations
@@ -44,14 +50,46 @@ from latentzoo.inference.conv_factor.restore import psnr, restore  # noqa: E402
 from latentzoo.results import atomic_write_text  # noqa: E402
 
 
-def sample_crop(size: int, image: str = "china.jpg", top: int = 150, left: int = 250):
-    """A greyscale crop (size, size) of a scikit-learn sample image, 0-255 floats."""
-    from sklearn.datasets import load_sample_image
+SAMPLE_IMAGES = {"china.jpg": (150, 250), "flower.jpg": (120, 260)}  # name: crop's top, left
 
-    grey = load_sample_image(image).astype(np.float64).mean(-1)
-    if top + size > grey.shape[0] or left + size > grey.shape[1]:
+
+def sample_crop(size: int, image: str = "china.jpg", top: int | None = None, left: int | None = None):
+    """A greyscale crop (size, size), 0-255 floats, of a scikit-learn sample image (at its
+    ``SAMPLE_IMAGES`` corner unless given) or of a 2-D ``.npy`` file (from its centre)."""
+    if image in SAMPLE_IMAGES:
+        from sklearn.datasets import load_sample_image
+
+        grey = load_sample_image(image).astype(np.float64).mean(-1)
+        top = SAMPLE_IMAGES[image][0] if top is None else top
+        left = SAMPLE_IMAGES[image][1] if left is None else left
+    else:
+        from latentzoo.data import load_array
+
+        try:
+            grey = np.asarray(load_array(image, exts=(".npy",)), dtype=np.float64)
+        except ValueError as e:
+            raise SystemExit(str(e)) from None
+        if grey.ndim != 2:
+            raise SystemExit(f"--image {image} holds an array of shape {grey.shape}; a greyscale "
+                             "image is 2-D (height, width), on the 0-255 scale.")
+        top = (grey.shape[0] - size) // 2 if top is None else top
+        left = (grey.shape[1] - size) // 2 if left is None else left
+    if top < 0 or left < 0 or top + size > grey.shape[0] or left + size > grey.shape[1]:
         raise SystemExit(f"a {size}x{size} crop does not fit in {image} {grey.shape}.")
     return grey[top:top + size, left:left + size]
+
+
+def nl_means_denoise(noisy, sigma: float):
+    """scikit-image's NL-means (module docstring) on the 0-255 scale, given the true sigma."""
+    try:
+        from skimage.restoration import denoise_nl_means
+    except ImportError:
+        raise SystemExit("The NL-means baseline needs scikit-image: pip install -e '.[experiments]'.") from None
+    x = noisy / 255.0
+    s = sigma / 255.0
+    out = denoise_nl_means(x, patch_size=5, patch_distance=6, h=0.8 * s, sigma=s, fast_mode=False,
+                           preserve_range=True)
+    return out * 255.0
 
 
 def dictionary_denoise(noisy, sigma: float, patch: int = 7, atoms: int = 64, seed: int = 0):
@@ -93,15 +131,18 @@ def cfa_restore(degraded, observed, args):
 
 
 def figure(path, clean, panels):
-    """One row per task: clean, degraded, convolutional FA, baseline, each titled with its PSNR;
+    """One row per task: clean, degraded, convolutional FA, the baselines, each titled with its PSNR;
     written to a temporary file and renamed."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(len(panels), 4, figsize=(7.2, 1.9 * len(panels)), squeeze=False)
+    cols = 1 + max(len(images) for _, images in panels)
+    fig, axes = plt.subplots(len(panels), cols, figsize=(1.8 * cols, 1.9 * len(panels)), squeeze=False)
     for row, (task, images) in zip(axes, panels):
+        for ax in row[1 + len(images):]:
+            ax.axis("off")
         for ax, (title, img) in zip(row, [("clean", clean)] + images):
             ax.imshow(np.clip(img, 0, 255), cmap="gray", vmin=0, vmax=255)
             ax.set_title(title if title == "clean" else f"{title}\n{psnr(clean, img):.2f} dB",
@@ -120,6 +161,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="tiny sizes for a smoke run")
     ap.add_argument("--out", default=os.path.join("runs", "cfa_denoise"))
+    ap.add_argument("--image", default="china.jpg",
+                    help="china.jpg or flower.jpg (shipped with scikit-learn), or a 2-D .npy (0-255)")
     ap.add_argument("--size", type=int, default=None)
     ap.add_argument("--sigmas", type=float, nargs="+", default=[15.0, 25.0, 50.0])
     ap.add_argument("--missing", type=float, default=0.5)
@@ -137,7 +180,7 @@ def main(argv=None):
             or args.draws < 1 or not 0 <= args.missing < 1 or any(s <= 0 for s in args.sigmas):
         raise SystemExit("need --size >= 16, --K >= 1, 1 <= --atom <= size/2, --burn-in >= 0, "
                          "--draws >= 1, 0 <= --missing < 1 and positive --sigmas.")
-    clean = sample_crop(args.size)
+    clean = sample_crop(args.size, args.image)
     rng = np.random.default_rng(args.seed)
     everything = np.ones(clean.shape, bool)
     rows, panels = [], []
@@ -146,12 +189,15 @@ def main(argv=None):
         t = time.perf_counter()
         base = dictionary_denoise(noisy, sigma, seed=args.seed)
         base_s = time.perf_counter() - t
+        t = time.perf_counter()
+        nlm = nl_means_denoise(noisy, sigma)
+        nlm_s = time.perf_counter() - t
         est, info = cfa_restore(noisy, everything, args)
         rows.append({"task": f"denoise sigma={sigma:g}", "sigma": sigma,
                      "psnr": {"degraded": psnr(clean, noisy), "cfa": psnr(clean, est),
-                              "dictionary_learning": psnr(clean, base)},
-                     "baseline_seconds": base_s, **info})
-        panels.append((f"sigma = {sigma:g}", [("noisy", noisy), ("conv FA", est),
+                              "nl_means": psnr(clean, nlm), "dictionary_learning": psnr(clean, base)},
+                     "baseline_seconds": base_s, "nl_means_seconds": nlm_s, **info})
+        panels.append((f"sigma = {sigma:g}", [("noisy", noisy), ("conv FA", est), ("NL-means", nlm),
                                               ("dictionary learning", base)]))
     if args.missing > 0:
         observed = rng.random(clean.shape) >= args.missing
@@ -167,15 +213,17 @@ def main(argv=None):
     os.makedirs(args.out, exist_ok=True)
     png = os.path.join(args.out, "cfa_denoise.png")
     figure(png, clean, panels)
-    res = {"image": "china.jpg", "figure": os.path.basename(png), "size": args.size, "K": args.K, "atom": [args.atom, args.atom],
+    res = {"image": os.path.basename(args.image), "figure": os.path.basename(png), "size": args.size, "K": args.K, "atom": [args.atom, args.atom],
            "burn_in": args.burn_in, "draws": args.draws, "seed": args.seed, "results": rows}
-    print(f"china.jpg {args.size}x{args.size} crop, K={args.K}, {args.atom}x{args.atom} atoms, "
+    print(f"{os.path.basename(args.image)} {args.size}x{args.size} crop, K={args.K}, {args.atom}x{args.atom} atoms, "
           f"{args.burn_in}+{args.draws} sweeps; PSNR in dB")
-    print(f"{'task':<22} {'input':>7} {'conv FA':>8} {'baseline':>9} {'sd est.':>8} {'in use':>7}")
+    print(f"{'task':<22} {'input':>7} {'conv FA':>8} {'NL-means':>9} {'dict./interp.':>13} "
+          f"{'sd est.':>8} {'in use':>7}")
     for r in rows:
         p = r["psnr"]
         other = p.get("dictionary_learning", p.get("linear_interpolation"))
-        print(f"{r['task']:<22} {p['degraded']:>7.2f} {p['cfa']:>8.2f} {other:>9.2f} "
+        nlm = f"{p['nl_means']:>9.2f}" if "nl_means" in p else f"{'-':>9}"
+        print(f"{r['task']:<22} {p['degraded']:>7.2f} {p['cfa']:>8.2f} {nlm} {other:>13.2f} "
               f"{r['noise_sd_estimate']:>8.1f} {r['elements_in_use']:>7d}")
     path = os.path.join(args.out, "cfa_denoise.json")
     atomic_write_text(path, json.dumps(res, indent=2) + "\n")

@@ -19,6 +19,24 @@ def test_cfa_denoise_quick(load_experiment, tmp_path):
     # the patch baseline is a real denoiser: it beats the noisy input even at quick sizes
     den = res["results"][0]["psnr"]
     assert den["dictionary_learning"] > den["degraded"] + 1
+    assert den["nl_means"] > den["degraded"] + 1  # as is NL-means
+
+
+def test_cfa_denoise_takes_another_image(load_experiment, tmp_path):
+    """--image: the other shipped photograph, or a 2-D .npy (its centre cropped); a 3-D array is
+    one sentence, nothing written."""
+    import pytest
+
+    exp = load_experiment("cfa_denoise")
+    grey = np.random.default_rng(0).uniform(0, 255, (40, 50))
+    np.save(tmp_path / "img.npy", grey)
+    np.testing.assert_array_equal(exp.sample_crop(24, str(tmp_path / "img.npy")), grey[8:32, 13:37])
+    assert exp.sample_crop(24, "flower.jpg").shape == (24, 24)
+    np.save(tmp_path / "rgb.npy", np.zeros((30, 30, 3)))
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit, match="2-D"):
+        exp.main(["--quick", "--image", str(tmp_path / "rgb.npy"), "--out", str(out)])
+    assert not out.exists()
 
 
 def test_cfa_denoise_refuses_bad_arguments(load_experiment, tmp_path):
