@@ -5,11 +5,19 @@ happens: the papers' algebra (Cholesky factors of K x K posterior precisions bui
 sums over thousands of rows, Gamma shapes of order N/2, log-likelihoods of order N*D) loses
 digits in float32, and the Geweke / SBC tests are sensitive enough to notice. Every
 subpackage (``latentzoo.models``, ``latentzoo.inference``) imports this module first.
+
+It also asks XLA's CPU backend for its classic emitters where the installed jaxlib has them
+(:mod:`latentzoo.xla_flags`: faster to compile and to run on the zoo's programs;
+``LATENTZOO_XLA_CLASSIC_EMITTERS=0`` keeps XLA's default).
 """
 
 import os
 
-import jax
+from latentzoo.xla_flags import use_classic_cpu_emitters
+
+use_classic_cpu_emitters()  # before JAX creates its CPU client, which reads XLA_FLAGS
+
+import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 

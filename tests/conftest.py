@@ -55,37 +55,12 @@ if os.environ.get("LATENTZOO_TEST_XLA_OPT") != "1" \
         and "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
 
-
-def _xla_accepts(flag: str) -> bool:
-    """Whether this jaxlib's XLA knows ``flag``: an unknown flag in XLA_FLAGS aborts the process,
-    so ask a throwaway interpreter once; the answer travels to the xdist workers (and the
-    console scripts tests start) in the environment."""
-    import subprocess
-    import sys
-
-    probe = "LATENTZOO_TEST_XLA_PROBE_" + flag.strip("-").split("=")[0].upper()
-    if probe not in os.environ:
-        code = "import jax.numpy as jnp; jnp.zeros(1).block_until_ready()"
-        env = {**os.environ, "XLA_FLAGS": flag, "JAX_PLATFORMS": "cpu"}
-        try:
-            ok = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                                timeout=120).returncode == 0
-        except (OSError, subprocess.SubprocessError):
-            ok = False
-        os.environ[probe] = "1" if ok else "0"
-    return os.environ[probe] == "1"
-
-
-# XLA's CPU backend with its classic elemental emitters instead of the MLIR fusion emitters, where
-# this jaxlib still has the choice (jaxlib 0.10 does, 0.12 dropped the flag): the same
-# programs, compiled 35-40 % faster (cold, one process: tests/inference/test_cvq_gibbs.py 72 s
-# against 46, tests/inference/test_ta_gibbs.py on two workers 142 s against 87). Same IEEE
-# arithmetic; LATENTZOO_TEST_XLA_OPT=1 keeps XLA's defaults here too.
-_CLASSIC_EMITTERS = "--xla_cpu_use_fusion_emitters=false"
-if os.environ.get("LATENTZOO_TEST_XLA_OPT") != "1" \
-        and "xla_cpu_use_fusion_emitters" not in os.environ.get("XLA_FLAGS", "") \
-        and _xla_accepts(_CLASSIC_EMITTERS):
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _CLASSIC_EMITTERS).strip()
+# `import latentzoo` also asks for XLA's classic CPU emitters where the jaxlib has them
+# (latentzoo/xla_flags.py: the suite's programs compile 35-40 % faster, e.g. a cold
+# tests/inference/test_ta_gibbs.py on two workers in 87 s against 142);
+# LATENTZOO_TEST_XLA_OPT=1 keeps XLA's defaults there too.
+if os.environ.get("LATENTZOO_TEST_XLA_OPT") == "1":
+    os.environ.setdefault("LATENTZOO_XLA_CLASSIC_EMITTERS", "0")
 if not _usable:
     # also keeps the CLI's own cache (in a run's checkpoint folder) off in the console scripts
     # the tests start: every test process compiles, none loads
