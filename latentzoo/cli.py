@@ -73,7 +73,7 @@ def _build_parser() -> argparse.ArgumentParser:
     r.add_argument("--quick", action="store_true",
                    help="small run for a smoke test: 4 chains of 300 warm-up + 1000 draws, short "
                         "point fits; the Gibbs samplers of cfa, cvq and noca cap at 50 + 50 "
-                        "(noca's NUTS block at trees of depth 5), rank-svm, ta and mta at 100 + 100 "
+                        "(noca's NUTS block at trees of depth 4), rank-svm, ta and mta at 100 + 100 "
                         "(rank-svm's nuts method at trees of depth 5)")
     r.add_argument("--standardize", action="store_true", help="centre and scale each column first")
     r.add_argument("--chunk-size", type=int, default=1000, help="rows per chunk (streaming methods)")
