@@ -8,7 +8,7 @@ import pytest
 
 # JAX's persistent compilation cache, for the whole test session. Most of the suite's time is XLA
 # compiling the same Gibbs / NUTS / SBC programs and the thousands of single-primitive programs
-# eager code compiles, on every run: cold, the suite takes about 29 minutes on 2 cores; with the
+# eager code compiles, on every run: cold, the suite takes about 27 minutes on 2 cores; with the
 # cache a later run (a fresh CI venv too: the folder is the user's, not the venv's) loads them
 # instead, and identical programs in different tests hit it within one run. The key is the
 # program itself (without source locations), the jaxlib version, the platform and the XLA flags,
