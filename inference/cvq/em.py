@@ -156,7 +156,7 @@ def cvq_exact_loglik(X, W, pi, sigma, *, per_row: bool = False):
     if X.shape[0] << K <= 1 << 21:  # the whole (N, 2^K) table at once: no posterior statistics
         ll = jax.scipy.special.logsumexp(_state_log_joint(W, pi, sigma)(X), axis=1)
     else:
-        ll = enumerate_posterior(_state_log_joint(W, pi, sigma), X, all_states(K, X.dtype)).loglik
+        ll = cvq_exact_rows(X, W, pi, sigma)[0]
     return ll if per_row else ll.sum()
 
 

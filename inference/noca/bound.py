@@ -134,8 +134,7 @@ def noca_state_log_joint(theta, theta0, pi):
 
 def noca_exact_loglik(X, theta, theta0, pi, *, per_row: bool = False):
     """log p(X | theta, theta0, pi) by enumerating the 2^K states (scalar, or (N,) per row)."""
-    K = theta.shape[0]
-    ll = enumerate_posterior(noca_state_log_joint(theta, theta0, pi), X, all_states(K, X.dtype)).loglik
+    ll = noca_exact_rows(X, theta, theta0, pi)[0]
     return ll if per_row else ll.sum()
 
 

@@ -195,34 +195,13 @@ def _fit_one(cavi, key, X, kwargs, method, num_steps, rounds, rtol, init_params,
 def noca_mean_field(X, theta, theta0, pi, *, iters: int = 60):
     """(lam (N, K), q (P, K)) of the variational E-step at fixed parameters: ``iters`` rounds of
     (q steps, lam) from lam = 1/2, q uniform (rows are independent, so this serves held-out rows)."""
-    N, K = X.shape[0], theta.shape[0]
-    P = int(np.asarray(X).sum())
-    rows, cols = positive_index(X, P)
-    return _mean_field(X, theta, theta0, pi, rows, cols, iters)
+    return _mean_field(X, theta, theta0, pi, num_pos=int(np.asarray(X).sum()), iters=iters)
 
 
-@jax.jit
-def _mf_body(X, theta, theta0, pi, rows, cols, lam, q):
-    q = q_update(q, lam, theta, theta0, rows, cols, 2)
-    return lam_update(q, X, theta, theta0, pi, rows, cols), q
-
-
-def _mean_field(X, theta, theta0, pi, rows, cols, iters):
-    N, K = X.shape[0], theta.shape[0]
-    lam = jnp.full((N, K), 0.5, X.dtype)
-    q = jnp.full((rows.shape[0], K), 1.0 / K, X.dtype)
-    for _ in range(iters):
-        lam, q = _mf_body(X, theta, theta0, pi, rows, cols, lam, q)
-    return lam, q
-
-
-def noca_mean_field_rows(X, theta, theta0, pi, *, num_pos: int, iters: int = 60):
-    """``(bound (N,), lam (N, K))`` for K too large to enumerate: the variational E-step at fixed
-    parameters (``iters`` rounds of q steps then the exact lam maximiser, from lam = 1/2 and q
-    uniform; neither step lowers the bound) and the Jaakkola-Jordan lower bound on each row's
-    log p(x_n) it reaches (:func:`~latentzoo.inference.noca.bound.noca_bound_rows`). ``num_pos``
-    is the number of ones in X (a shape, so static under jit). A loop in one program: vmap-able
-    over posterior draws."""
+@partial(jax.jit, static_argnames=("num_pos", "iters"))
+def _mean_field(X, theta, theta0, pi, *, num_pos: int, iters: int):
+    """The E-step loop of :func:`noca_mean_field` in one program (a ``fori_loop``), the data an
+    argument: -> (lam (N, K), q (P, K))."""
     N, K = X.shape[0], theta.shape[0]
     rows, cols = positive_index(X, num_pos)
 
@@ -232,7 +211,17 @@ def noca_mean_field_rows(X, theta, theta0, pi, *, num_pos: int, iters: int = 60)
         return lam_update(q, X, theta, theta0, pi, rows, cols), q
 
     start = (jnp.full((N, K), 0.5, X.dtype), jnp.full((num_pos, K), 1.0 / K, X.dtype))
-    lam, q = jax.lax.fori_loop(0, iters, body, start)
+    return jax.lax.fori_loop(0, iters, body, start)
+
+
+def noca_mean_field_rows(X, theta, theta0, pi, *, num_pos: int, iters: int = 60):
+    """``(bound (N,), lam (N, K))`` for K too large to enumerate: the variational E-step at fixed
+    parameters (:func:`noca_mean_field`'s loop: ``iters`` rounds of q steps then the exact lam
+    maximiser, from lam = 1/2 and q uniform; neither step lowers the bound) and the
+    Jaakkola-Jordan lower bound on each row's log p(x_n) it reaches
+    (:func:`~latentzoo.inference.noca.bound.noca_bound_rows`). ``num_pos`` is the number of ones
+    in X (a shape, so static under jit). vmap-able over posterior draws."""
+    lam, q = _mean_field(X, theta, theta0, pi, num_pos=num_pos, iters=iters)
     params = {"pi_loc": pi, "theta_loc": theta, "theta0_loc": theta0, "lam": lam, "q": q}
     return noca_bound_rows(params, X, num_pos=num_pos), lam
 
