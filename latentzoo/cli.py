@@ -243,23 +243,42 @@ def main(argv=None) -> int:
             args.signals = guard
             return {"list": _cmd_list, "run": _cmd_run, "diagnose": _cmd_diagnose,
                     "predict": _cmd_predict}[args.command](args)
-    except ValueError as err:
-        if os.environ.get("LATENTZOO_DEBUG"):
-            raise
-        return fail(str(err))
-    except FloatingPointError as err:  # a fit that diverged: the data, not the program
-        if os.environ.get("LATENTZOO_DEBUG"):
-            raise
-        return fail(f"{str(err).rstrip('.')}; nothing was written. Constant columns or a very large "
-                    "scale are the usual cause: drop them or try --standardize.")
     except KeyboardInterrupt as err:
-        signum = getattr(err, "signum", signal.SIGINT)
-        name = signal.Signals(signum).name
-        release_interrupted_frames(err)
-        hint = getattr(args, "resume_hint", None)
-        more = f"; `latentzoo run ... --resume {hint}` continues from its last checkpoint" if hint else ""
-        fail(f"interrupted ({name}); nothing was written{more}")
-        return 128 + int(signum)
+        return _interrupted(err, args)
+    except Exception as err:
+        # A signal whose Interrupted was raised inside library code that wraps what it catches
+        # (JAX's cache lookup turns an exception from a key's __eq__ into its own error) is still
+        # the signal, not bad input.
+        stop = _interrupt_in(err)
+        if stop is not None:
+            return _interrupted(stop, args)
+        if os.environ.get("LATENTZOO_DEBUG") or not isinstance(err, (ValueError, FloatingPointError)):
+            raise
+        if isinstance(err, FloatingPointError):  # a fit that diverged: the data, not the program
+            return fail(f"{str(err).rstrip('.')}; nothing was written. Constant columns or a very "
+                        "large scale are the usual cause: drop them or try --standardize.")
+        return fail(str(err))
+
+
+def _interrupt_in(err):
+    """The KeyboardInterrupt in ``err``'s chain of causes and contexts, or None."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, KeyboardInterrupt):
+            return err
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return None
+
+
+def _interrupted(err, args) -> int:
+    signum = getattr(err, "signum", signal.SIGINT)
+    name = signal.Signals(signum).name
+    release_interrupted_frames(err)
+    hint = getattr(args, "resume_hint", None)
+    more = f"; `latentzoo run ... --resume {hint}` continues from its last checkpoint" if hint else ""
+    fail(f"interrupted ({name}); nothing was written{more}")
+    return 128 + int(signum)
 
 
 # ------------------------------------------------------------------------------ list
