@@ -36,6 +36,7 @@ from numpyro.handlers import condition, seed, trace
 __all__ = [
     "simulate",
     "evaluate_test_functions",
+    "of_data",
     "label_test_functions",
     "batch_divisor",
     "bonferroni_z",
@@ -76,14 +77,35 @@ def batch_divisor(n: int, at_most: int) -> int:
     return max(b for b in range(1, min(n, at_most) + 1) if n % b == 0)
 
 
-def evaluate_test_functions(test_functions: Mapping[str, Callable[[dict], jax.Array]], values) -> jax.Array:
-    return jnp.concatenate([jnp.ravel(f(values)) for f in test_functions.values()])
+def of_data(f: Callable[[dict, jax.Array], jax.Array]) -> Callable:
+    """Mark ``f(values, X)`` as a test function of the parameters *and* the data they go with.
+
+    In SBC, ``X`` is the simulation's data set, the same for the truth and every draw (ranks of
+    a data-dependent quantity such as log p(X | theta) are uniform too, Modrák et al. 2023); in
+    Geweke's test, the data drawn with the values. Such functions see how tightly a kernel ties
+    the parameters to the data, which functions of the parameters alone can miss: a kernel that
+    mixes in draws from a wider distribution (replica exchange with a wrong swap ratio) keeps the
+    parameters' marginal near the prior."""
+    f.uses_data = True
+    return f
 
 
-def label_test_functions(test_functions: Mapping[str, Callable[[dict], jax.Array]], values) -> list[str]:
+def _call(f, values, X):
+    return f(values, X) if getattr(f, "uses_data", False) else f(values)
+
+
+def evaluate_test_functions(test_functions: Mapping[str, Callable[[dict], jax.Array]], values,
+                            X=None) -> jax.Array:
+    """The test functions at ``values`` (those marked :func:`of_data` also at ``X``), raveled
+    and concatenated: (F,)."""
+    return jnp.concatenate([jnp.ravel(_call(f, values, X)) for f in test_functions.values()])
+
+
+def label_test_functions(test_functions: Mapping[str, Callable[[dict], jax.Array]], values,
+                         X=None) -> list[str]:
     labels = []
     for name, f in test_functions.items():
-        n = int(np.size(jax.eval_shape(f, values)))
+        n = int(np.size(jax.eval_shape(lambda v, x: _call(f, v, x), values, X)))
         labels += [name] if n == 1 else [f"{name}[{i}]" for i in range(n)]
     return labels
 
@@ -147,13 +169,13 @@ def geweke_tests(
     k_prior, k_init, k_chain = jax.random.split(rng_key, 3)
 
     def prior_g(key):
-        values, _ = simulate(model, model_kwargs, key, data_site)
-        return evaluate_test_functions(test_functions, values)
+        values, X = simulate(model, model_kwargs, key, data_site)
+        return evaluate_test_functions(test_functions, values, X)
 
     G_prior = np.asarray(jax.jit(lambda ks: jax.lax.map(prior_g, ks, batch_size=batch_divisor(num_prior, 256)))(
         jax.random.split(k_prior, num_prior)))
     values0, X0 = simulate(model, model_kwargs, k_init, data_site)
-    labels = label_test_functions(test_functions, values0)
+    labels = label_test_functions(test_functions, values0, X0)
 
     @jax.jit
     def run(knob, values0, X0, key):
@@ -166,7 +188,7 @@ def geweke_tests(
                 state = kernel.sample(state, (X,), model_kwargs)
             values = kernel.get_constrain_fn((X,), model_kwargs)(state.z)
             _, X = simulate(model, model_kwargs, k, data_site, values=values)
-            return (state, X), evaluate_test_functions(test_functions, values)
+            return (state, X), evaluate_test_functions(test_functions, values, X)
 
         return jax.lax.scan(body, (state, X0), jax.random.split(key, num_steps))[1]
 
@@ -281,8 +303,8 @@ def sbc_runs(
     counts = [num_simulations] * len(knobs) if np.ndim(num_simulations) == 0 else list(num_simulations)
     if len(counts) != len(knobs):
         raise ValueError(f"num_simulations gives {len(counts)} counts for {len(knobs)} knobs.")
-    values0, _ = simulate(model, model_kwargs, rng_key, data_site)
-    labels = label_test_functions(test_functions, values0)
+    values0, X0 = simulate(model, model_kwargs, rng_key, data_site)
+    labels = label_test_functions(test_functions, values0, X0)
 
     def one(kernel, key):
         k_sim, k_init, k_run, k_tie = jax.random.split(key, 4)
@@ -301,11 +323,11 @@ def sbc_runs(
         def step(state, _):
             state = kernel.sample(state, (X,), model_kwargs)
             values = kernel.get_constrain_fn((X,), model_kwargs)(state.z)
-            return state, evaluate_test_functions(test_functions, values)
+            return state, evaluate_test_functions(test_functions, values, X)
 
         G_all = jax.lax.scan(step, state, None, length=num_warmup + num_draws * thin)[1]
         G = G_all[num_warmup + thin - 1 :: thin]  # (L, F): after every thin-th post-warm-up sweep
-        g_true = evaluate_test_functions(test_functions, truth)
+        g_true = evaluate_test_functions(test_functions, truth, X)
         below = (G < g_true).sum(0)
         ties = (G == g_true).sum(0)
         u = jax.random.uniform(k_tie, g_true.shape)
