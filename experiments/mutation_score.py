@@ -64,6 +64,7 @@ TESTS = {
     "inference/mfa/em.py": ["tests/inference/test_mfa_em.py"],
     "inference/mcem.py": ["tests/inference/test_mcem.py"],
     "inference/ais.py": ["tests/inference/test_ais.py", "tests/inference/test_ta_ais.py"],
+    "inference/samplers/replica_exchange.py": ["tests/inference/test_replica_exchange.py"],
     "inference/ais_weights.py": ["tests/inference/test_ais.py", "tests/inference/test_ta_ais.py"],
     "inference/conjugate.py": [
         "tests/inference/test_mutation_gaps_core.py",
@@ -194,6 +195,9 @@ FOCUS = {
         "thesis_sga_step", "sga_batch_step", "em_batch_step", "em_finalize", "_factor_map",
     ],
     "inference/noca/bound.py": None,  # every function
+    "inference/samplers/replica_exchange.py": ["swap_log_ratio", "swap_step", "adapt_ladder",
+                                               "adaptation_ends", "observed_log_likelihood",
+                                               "_sample_one", "geometric_ladder"],
     "inference/ta/gibbs.py": ["group_natural", "collapsed_log_Z", "label_group_logits", "select_rows",
                               "_label_conditional", "_features", "_loadings_prior", "loadings_natural",
                               "_split_loadings", "_Psi_conditional", "_pi_conditional", "_group_basis"],
