@@ -75,6 +75,12 @@ def _build_parser() -> argparse.ArgumentParser:
                         "point fits; the Gibbs samplers of cfa, cvq and noca cap at 50 + 50 "
                         "(noca's NUTS block at trees of depth 4), rank-svm, ta and mta at 100 + 100 "
                         "(rank-svm's nuts method at trees of depth 5)")
+    r.add_argument("--replicas", type=int, default=1, metavar="M",
+                   help="run a Gibbs method as replica exchange over M tempered copies of its "
+                        "table (swap rates go to sample_stats; the tables of ta and mta have a "
+                        "tempered form); default 1: plain Gibbs")
+    r.add_argument("--min-beta", type=float, default=0.01, metavar="B",
+                   help="the hottest copy's inverse temperature with --replicas, in (0, 1) (default 0.01)")
     r.add_argument("--standardize", action="store_true", help="centre and scale each column first")
     r.add_argument("--chunk-size", type=int, default=1000, help="rows per chunk (streaming methods)")
     r.add_argument("--no-progress", action="store_true", help="hide progress bars")
@@ -329,7 +335,11 @@ def _config(args, family):
         raise ValueError(f"--seed must be between 0 and {MAX_SEED}, got {args.seed}.")
     K = family.default_K if args.K is None else args.K
     _positive("K", K)
+    _positive("replicas", args.replicas)
+    if args.replicas > 1 and not 0.0 < args.min_beta < 1.0:
+        raise ValueError(f"--min-beta must lie strictly between 0 and 1, got {args.min_beta}.")
     return RunConfig(
+        replicas=args.replicas, min_beta=args.min_beta,
         K=K, J=args.J, seed=args.seed, sweeps=args.sweeps, restarts=args.restarts,
         quick=args.quick, progress=not args.no_progress, chunk_size=args.chunk_size,
         data_path=args.data, standardize=args.standardize, checkpoint_every=args.checkpoint_every,
@@ -524,7 +534,8 @@ def _run_record(args, family, method, cfg) -> dict:
         "seed": cfg.seed, "chains": cfg.chains, "samples": cfg.samples, "warmup": cfg.warmup,
         "sweeps": cfg.sweeps, "restarts": cfg.restarts, "quick": cfg.quick,
         "standardize": cfg.standardize, "labels": digest(labels) if labels else None,
-        "options": _plain_options(cfg),
+        "options": _plain_options(cfg), "replicas": cfg.replicas,
+        "min_beta": cfg.min_beta if cfg.replicas > 1 else None,
     }
 
 
@@ -620,6 +631,9 @@ def _cmd_run(args) -> int:
     if not method.cli:
         raise ValueError(f"Method {method.name!r} of {family.name} is available from Python only.")
     cfg = _config(args, family)
+    if cfg.replicas > 1 and method.name != "gibbs":
+        raise ValueError(f"--replicas runs replica exchange over a Gibbs sampler's table; "
+                         f"{family.name} --method {method.name} is not one (use --method gibbs).")
     out = _out_folder(args)
     _check_out(out)
     edited = ignored_edits(family.model, method.ignores_priors)

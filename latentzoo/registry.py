@@ -59,6 +59,9 @@ class RunConfig(NamedTuple):
     about one checkpoint every :data:`latentzoo.checkpoint.CHECKPOINT_SECONDS`).
     ``options``: the values of the family's own :class:`Option` s by name (the CLI fills in
     each option's default when it is not given; read-only).
+    ``replicas``: more than 1 runs a Gibbs method as replica exchange over that many tempered
+    copies of its table, the hottest at inverse temperature ``min_beta``
+    (:class:`~latentzoo.inference.samplers.ReplicaExchange`).
     """
 
     K: int
@@ -78,6 +81,8 @@ class RunConfig(NamedTuple):
     resume: bool = False
     checkpoint_every: int | None = None
     options: Mapping[str, Any] = MappingProxyType({})
+    replicas: int = 1
+    min_beta: float = 0.01
 
 
 class Option(NamedTuple):

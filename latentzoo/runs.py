@@ -23,6 +23,7 @@ from latentzoo import arviz_plots as azp
 
 __all__ = [
     "run_mcmc",
+    "replica_exchange",
     "mcmc_idata",
     "point_idata",
     "summarise",
@@ -71,6 +72,9 @@ def run_mcmc(kernel, cfg, *model_args, extra_fields=(), init_params=None, thinni
     draws are those of one uninterrupted run."""
     from numpyro.infer import MCMC
 
+    if getattr(cfg, "replicas", 1) > 1:
+        kernel = replica_exchange(kernel, cfg)
+        extra_fields = (*extra_fields, "swap_accept_prob")
     mcmc = MCMC(
         kernel,
         num_warmup=cfg.warmup,
@@ -92,6 +96,19 @@ def run_mcmc(kernel, cfg, *model_args, extra_fields=(), init_params=None, thinni
     mcmc.run(jax.random.PRNGKey(cfg.seed), *model_args, extra_fields=tuple(extra_fields),
              init_params=init_params, **model_kwargs)
     return mcmc
+
+
+def replica_exchange(kernel, cfg):
+    """The Gibbs ``kernel``'s model and table run as replica exchange over ``cfg.replicas``
+    tempered copies down to ``cfg.min_beta`` (one sentence for any other kernel; the table's
+    own refusal, at ``init``, when it has no tempered form)."""
+    from latentzoo.inference.gibbs import ConjugateGibbs
+    from latentzoo.inference.samplers import ReplicaExchange
+
+    if not isinstance(kernel, ConjugateGibbs):
+        raise ValueError(f"--replicas runs replica exchange over a Gibbs table, and this method "
+                         f"samples with {type(kernel).__name__}; use --method gibbs.")
+    return ReplicaExchange(kernel.model, kernel.updates, num_replicas=cfg.replicas, min_beta=cfg.min_beta)
 
 
 def mcmc_idata(mcmc, *, log_likelihood: dict | None = None, drop=()):

@@ -33,6 +33,7 @@ from latentzoo.inference.samplers import (
     ReplicaExchange,
     adapt_ladder,
     geometric_ladder,
+    observed_log_likelihood,
     swap_log_ratio,
     swap_step,
 )
@@ -305,10 +306,35 @@ def test_adapted_ladder_equalises_the_rejection_rates_and_keeps_its_ends():
     assert np.allclose(betas, geometric_ladder(6, 0.01), rtol=0.02)
 
 
+def test_a_pair_that_never_rejects_still_keeps_a_valid_ladder():
+    """All rates 0 (a flat target): the floor on the rates keeps Lambda increasing, so the
+    ladder stays a strictly decreasing one with its ends, never NaN."""
+    betas = jnp.asarray(geometric_ladder(5, 0.05))
+    new = adapt_ladder(betas, jnp.zeros(4))
+    assert np.all(np.isfinite(new)) and np.all(np.diff(new) < 0)
+    assert new[0] == 1.0 and abs(new[-1] - 0.05) < 1e-12
+
+
+def test_observed_log_likelihood_sums_every_observed_site_with_its_scale():
+    def two_sites(X, Y=None):
+        a = numpyro.sample("a", dist.Normal(0.0, 1.0))
+        numpyro.sample("X", dist.Normal(a, 1.0), obs=X)
+        with numpyro.handlers.scale(scale=3.0):
+            numpyro.sample("Y", dist.Normal(2 * a, 0.5), obs=Y)
+
+    X, Y, a = jnp.array([0.3, -1.0]), jnp.array([1.5]), 0.4
+    expected = dist.Normal(a, 1.0).log_prob(X).sum() + 3.0 * dist.Normal(2 * a, 0.5).log_prob(Y).sum()
+    got = observed_log_likelihood(two_sites, {"a": a}, (X, Y), {})
+    assert np.isclose(got, expected)
+    only_x = observed_log_likelihood(two_sites, {"a": a}, (X, Y), {}, sites=("X",))
+    assert np.isclose(only_x, dist.Normal(a, 1.0).log_prob(X).sum())
+
+
 def test_the_ladder_changes_in_the_first_half_of_warmup_only():
     X = 1.5 + SIGMA * jax.random.normal(jax.random.PRNGKey(3), (10,))
     assert adaptation_ends(300).tolist() == [18, 37, 75, 150]
-    assert adaptation_ends(20).tolist() == []
+    assert adaptation_ends(32).tolist() == [16]  # a round of MIN_ADAPT_ROUND steps is allowed
+    assert adaptation_ends(31).tolist() == []
     kernel = ReplicaExchange(bilinear, BILINEAR_TABLE, num_replicas=5, min_beta=0.01)
     mcmc = MCMC(kernel, num_warmup=300, num_samples=200, progress_bar=False)
     mcmc.warmup(jax.random.PRNGKey(0), X, n=10, extra_fields=("betas",), collect_warmup=True)

@@ -1,0 +1,36 @@
+"""`latentzoo run MODEL --method gibbs --replicas M`: replica exchange over the family's tempered
+Gibbs table from the command line, its swap rates in the run's sample_stats, and one sentence
+for every setting it cannot honour."""
+
+import numpy as np
+import pytest
+
+from latentzoo import arviz_adapter as azx
+from latentzoo.cli import main
+
+
+def test_ta_runs_as_replica_exchange_and_stores_the_swap_rates(tmp_path):
+    out = tmp_path / "ta"
+    assert main(["run", "ta", "--replicas", "3", "--min-beta", "0.2", "--chains", "2", "--warmup", "20",
+                 "--samples", "20", "--no-progress", "--out", str(out)]) == 0
+    idata = azx.load(str(out / "posterior.nc"))
+    rates = np.asarray(idata.sample_stats["swap_accept_prob"])
+    assert rates.shape == (2, 20, 2) and np.all((rates >= 0) & (rates <= 1))
+    assert idata.posterior["Psi"].shape[:2] == (2, 20)
+
+
+@pytest.mark.parametrize("argv, phrase", [
+    (["run", "fa", "--method", "vb", "--replicas", "4"], "fa --method vb is not one (use --method gibbs)"),
+    (["run", "fa", "--method", "nuts", "--replicas", "4"], "fa --method nuts is not one"),
+    (["run", "ta", "--replicas", "0"], "--replicas must be at least 1"),
+    (["run", "ta", "--replicas", "4", "--min-beta", "1.5"], "--min-beta must lie strictly between 0 and 1"),
+    (["run", "ta", "--replicas", "4", "--min-beta", "0"], "--min-beta must lie strictly between 0 and 1"),
+    # FA's table tempers the latents only (what AIS needs), not W, mu and psi
+    (["run", "fa", "--replicas", "4"], "no tempered form for replica exchange"),
+])
+def test_what_replica_exchange_cannot_run_is_one_sentence_and_nothing_written(argv, phrase, tmp_path, capsys):
+    out = tmp_path / "o"
+    assert main([*argv, "--quick", "--no-progress", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert phrase in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert not out.exists()
