@@ -16,6 +16,14 @@ involve the block:
   \mathrm{diag}(1/s_W^2) + \tau S^\top S`, :math:`b_d = m_W/s_W^2 + \tau S^\top x_{\cdot d}`.
 - ``pi_k | s``: :math:`\mathrm{Beta}(a + \sum_n s_{nk},\ b + N - \sum_n s_{nk})`.
 - ``tau | s, W``: :math:`\mathrm{Gamma}(a + ND/2,\ b + \tfrac12\lVert R\rVert_F^2)`.
+
+Every update also samples the tempered posterior :math:`p(s, W, \pi, \tau)\, p(X \mid s, W,
+\tau)^\beta` (:mod:`latentzoo.inference.tempering`; replica exchange, AIS), reading
+:math:`\beta` from the likelihood site: :math:`\mathcal N(x; Ws, \tau^{-1}I)^\beta` is
+:math:`\tau^{\beta D/2}\exp(-\tfrac{\beta\tau}2\lVert x - Ws\rVert^2)` up to a constant, so
+``s`` and ``W`` see the noise precision :math:`\beta\tau` and ``tau``'s update becomes
+:math:`\mathrm{Gamma}(a + \beta ND/2,\ b + \tfrac\beta2\lVert R\rVert_F^2)`; ``pi`` does not
+read the likelihood.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from latentzoo.inference.binary_draw import ENUM_MAX_K, draw_binary_block
 from latentzoo.inference.enumerate import EnumeratedBinary, all_states
 from latentzoo.inference.conjugate import beta_bernoulli_update, gamma_precision_posterior
 from latentzoo.inference.gaussian import gaussian_draw, mvn_from_precision
+from latentzoo.inference.tempering import temperature
 from latentzoo.inference.updates import GibbsUpdate, prior_params, unwrap
 
 __all__ = ["cvq_updates", "s_update", "W_update", "pi_update", "tau_update", "ENUM_MAX_K"]
@@ -41,8 +50,8 @@ def _s_prior_probs(priors, shape):
 
 
 def _s_logits(values, obs, priors):
-    """(N, 2^K) log p(x_n, s) up to a constant in s, and the states."""
-    X, W, tau = obs["X"], values["W"], values["tau"]
+    """(N, 2^K) log p(x_n, s) up to a constant in s, and the states (the likelihood tempered)."""
+    X, W, tau = obs["X"], values["W"], temperature(priors["X"]) * values["tau"]
     N, K = values["s"].shape
     states = all_states(K, X.dtype)
     p = _s_prior_probs(priors, (N, K))
@@ -57,7 +66,7 @@ def s_conditional(values, obs, priors):
 
 
 def s_draw(key, values, obs, priors):
-    X, W, tau = obs["X"], values["W"], values["tau"]
+    X, W, tau = obs["X"], values["W"], temperature(priors["X"]) * values["tau"]
     s0 = jnp.asarray(values["s"], X.dtype)
     N, K = s0.shape
     p = _s_prior_probs(priors, (N, K))
@@ -76,7 +85,8 @@ def s_draw(key, values, obs, priors):
 
 
 def _W_natural(values, obs, priors):
-    X, s, tau = obs["X"], jnp.asarray(values["s"], obs["X"].dtype), values["tau"]
+    X, s = obs["X"], jnp.asarray(values["s"], obs["X"].dtype)
+    tau = temperature(priors["X"]) * values["tau"]
     D, K = values["W"].shape
     loc0, scale0 = prior_params(priors["W"], (D, K), "loc", "scale")
     prec0 = 1.0 / scale0**2
@@ -90,12 +100,13 @@ def _tau_conditional(values, obs, priors):
     N, D = X.shape
     a0, b0 = prior_params(priors["tau"], (), "concentration", "rate")
     r = X - s @ W.T
-    return {"tau": gamma_precision_posterior(a0, b0, N * D, (r * r).sum())}
+    beta = temperature(priors["X"])
+    return {"tau": gamma_precision_posterior(a0, b0, beta * N * D, beta * (r * r).sum())}
 
 
 def s_update() -> GibbsUpdate:
     return GibbsUpdate(
-        "s | W, pi, tau", ("s",), {"s": BERNOULLI, "X": NORMAL}, s_conditional, s_draw
+        "s | W, pi, tau", ("s",), {"s": BERNOULLI, "X": NORMAL}, s_conditional, s_draw, tempered=True
     )
 
 
@@ -106,15 +117,16 @@ def W_update() -> GibbsUpdate:
         {"W": NORMAL, "X": NORMAL},
         lambda v, o, p: {"W": mvn_from_precision(*_W_natural(v, o, p))},
         lambda k, v, o, p: {"W": gaussian_draw(k, *_W_natural(v, o, p))},
+        tempered=True,
     )
 
 
 def pi_update() -> GibbsUpdate:
-    return beta_bernoulli_update("pi", "s")
+    return beta_bernoulli_update("pi", "s")._replace(tempered=True)  # reads no likelihood
 
 
 def tau_update() -> GibbsUpdate:
-    return GibbsUpdate("tau | s, W", ("tau",), {"tau": GAMMA, "X": NORMAL}, _tau_conditional)
+    return GibbsUpdate("tau | s, W", ("tau",), {"tau": GAMMA, "X": NORMAL}, _tau_conditional, tempered=True)
 
 
 def cvq_updates() -> list[GibbsUpdate]:
