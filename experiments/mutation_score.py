@@ -65,6 +65,7 @@ TESTS = {
     "inference/mcem.py": ["tests/inference/test_mcem.py"],
     "inference/ais.py": ["tests/inference/test_ais.py", "tests/inference/test_ta_ais.py"],
     "inference/samplers/replica_exchange.py": ["tests/inference/test_replica_exchange.py"],
+    "inference/cvq/moves.py": ["tests/inference/test_cvq_moves.py", "tests/inference/test_cvq_gibbs.py"],
     "inference/ais_weights.py": ["tests/inference/test_ais.py", "tests/inference/test_ta_ais.py"],
     "inference/conjugate.py": [
         "tests/inference/test_mutation_gaps_core.py",
@@ -195,6 +196,7 @@ FOCUS = {
         "thesis_sga_step", "sga_batch_step", "em_batch_step", "em_finalize", "_factor_map",
     ],
     "inference/noca/bound.py": None,  # every function
+    "inference/cvq/moves.py": None,  # every function
     "inference/samplers/replica_exchange.py": ["swap_log_ratio", "swap_step", "adapt_ladder",
                                                "adaptation_ends", "observed_log_likelihood",
                                                "_sample_one", "geometric_ladder"],

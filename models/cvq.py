@@ -62,7 +62,9 @@ def cvq(X=None, *, K: int, N: int | None = None, D: int | None = None, priors=No
         priors: optional dict overriding entries of :func:`default_priors`.
 
     Sites: ``pi`` (K,), ``W`` (D, K), ``tau`` () = 1/sigma^2, deterministic ``sigma`` (),
-    ``s`` (N, K) binary, observed ``X`` (N, D) (one term per entry).
+    ``pi_sorted`` (K,) and ``source_norms`` (K,) (the probabilities and the column norms of W in
+    increasing order: invariant to relabelling the sources), ``s`` (N, K) binary, observed ``X``
+    (N, D) (one term per entry).
     """
     N, D = data_sizes(X, N, D, "cvq")
     p = {**default_priors(), **(priors or {})}
@@ -72,6 +74,10 @@ def cvq(X=None, *, K: int, N: int | None = None, D: int | None = None, priors=No
         W = numpyro.sample("W", p["W"].expand([K]).to_event(1))
     tau = numpyro.sample("tau", p["tau"])
     sigma = numpyro.deterministic("sigma", 1.0 / jnp.sqrt(tau))
+    # what a run can compare across chains: sources are exchangeable, so their labels differ
+    # between chains; sorted, their probabilities and image norms do not
+    numpyro.deterministic("pi_sorted", jnp.sort(pi))
+    numpyro.deterministic("source_norms", jnp.sort(jnp.sqrt(jnp.sum(W * W, axis=0))))
     with numpyro.plate("N", N, dim=-2), numpyro.plate("K", K, dim=-1):
         s = numpyro.sample("s", dist.Bernoulli(probs=pi))
     with numpyro.plate("N", N, dim=-2), numpyro.plate("D", D, dim=-1):

@@ -39,6 +39,8 @@ from latentzoo.inference.gaussian import gaussian_draw, mvn_from_precision
 from latentzoo.inference.tempering import temperature
 from latentzoo.inference.updates import GibbsUpdate, prior_params, unwrap
 
+from .moves import source_move
+
 __all__ = ["cvq_updates", "s_update", "W_update", "pi_update", "tau_update", "ENUM_MAX_K"]
 
 NORMAL, GAMMA, BETA = (dist.Normal,), (dist.Gamma,), (dist.Beta,)
@@ -129,6 +131,11 @@ def tau_update() -> GibbsUpdate:
     return GibbsUpdate("tau | s, W", ("tau",), {"tau": GAMMA, "X": NORMAL}, _tau_conditional, tempered=True)
 
 
-def cvq_updates() -> list[GibbsUpdate]:
-    """The CVQ update table in sweep order: s, W, pi, tau."""
-    return [s_update(), W_update(), pi_update(), tau_update()]
+def cvq_updates(*, with_source_move: bool = True) -> list:
+    """The CVQ update table in sweep order: s, W, the collapsed source move
+    (:func:`latentzoo.inference.cvq.moves.source_move`, which switches sources on and off), pi,
+    tau. ``with_source_move=False``: the conditionals alone."""
+    table = [s_update(), W_update(), pi_update(), tau_update()]
+    if with_source_move:
+        table.insert(2, source_move())
+    return table
