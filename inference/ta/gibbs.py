@@ -425,4 +425,6 @@ def Psi_update() -> GibbsUpdate:
 
 
 def pi_update() -> GibbsUpdate:
-    return GibbsUpdate("pi | c", ("pi",), {"pi": DIRICHLET, "c": CATEGORICAL}, _pi_conditional)
+    # reads the labels, not the likelihood: the same on the tempered posterior
+    return GibbsUpdate("pi | c", ("pi",), {"pi": DIRICHLET, "c": CATEGORICAL}, _pi_conditional,
+                       tempered=True)

@@ -9,14 +9,17 @@ from latentzoo import arviz_adapter as azx
 from latentzoo.cli import main
 
 
-def test_ta_runs_as_replica_exchange_and_stores_the_swap_rates(tmp_path):
-    out = tmp_path / "ta"
-    assert main(["run", "ta", "--replicas", "3", "--min-beta", "0.2", "--chains", "2", "--warmup", "20",
-                 "--samples", "20", "--no-progress", "--out", str(out)]) == 0
+# every family whose table reads the likelihood's temperature (MTA's once lacked the flag on its
+# label-only pi update, and was refused)
+@pytest.mark.parametrize("model, site", [("ta", "Psi"), ("mta", "Psi_mean"), ("cvq", "sigma")])
+def test_a_tempered_table_runs_as_replica_exchange_and_stores_the_swap_rates(model, site, tmp_path):
+    out = tmp_path / model
+    assert main(["run", model, "--method", "gibbs", "--replicas", "3", "--min-beta", "0.2", "--chains", "2",
+                 "--warmup", "20", "--samples", "20", "--no-progress", "--out", str(out)]) == 0
     idata = azx.load(str(out / "posterior.nc"))
     rates = np.asarray(idata.sample_stats["swap_accept_prob"])
     assert rates.shape == (2, 20, 2) and np.all((rates >= 0) & (rates <= 1))
-    assert idata.posterior["Psi"].shape[:2] == (2, 20)
+    assert idata.posterior[site].shape[:2] == (2, 20)
 
 
 @pytest.mark.parametrize("argv, phrase", [
