@@ -72,6 +72,7 @@ __all__ = [
     "make_plan",
     "read_model",
     "potential_energy",
+    "init_vectorized",
 ]
 
 
@@ -145,6 +146,14 @@ def sweep(model, updates, state: SweepState, model_args, model_kwargs) -> SweepS
         values.update(u.sample(k, values, obs, priors))
     pe = potential_energy(model, values, model_args, model_kwargs)
     return SweepState(values, rng_key, pe, jnp.zeros((), bool))
+
+
+def init_vectorized(init_one, rng_keys, init_params):
+    """``chain_method="vectorized"``: ``init_one(key, params)`` for a batch of keys (and of
+    starting values, or None), vmapped into one batched state."""
+    if init_params is None:
+        return jax.vmap(lambda k: init_one(k, None))(rng_keys)
+    return jax.vmap(init_one)(rng_keys, init_params)
 
 
 def _deterministic_fn(model, model_args, model_kwargs):
@@ -258,10 +267,8 @@ class ConjugateGibbs(MCMCKernel):
                     "are sampled by NUTS/DiscreteGibbs; use 'parallel' or 'sequential'."
                 )
             self._vectorized = True
-            init_one = lambda k, p: self._init_one(k, num_warmup, p, model_args, model_kwargs)
-            if init_params is None:
-                return jax.vmap(lambda k: init_one(k, None))(rng_key)
-            return jax.vmap(init_one)(rng_key, init_params)
+            return init_vectorized(
+                lambda k, p: self._init_one(k, num_warmup, p, model_args, model_kwargs), rng_key, init_params)
         self._vectorized = False
         return self._init_one(rng_key, num_warmup, init_params, model_args, model_kwargs)
 

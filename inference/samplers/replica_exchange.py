@@ -59,7 +59,7 @@ from numpyro.infer.gibbs import latent_sample_sites, prototype_trace
 from numpyro.infer.mcmc import MCMCKernel
 from numpyro.util import is_prng_key
 
-from ..gibbs import ConjugateGibbs, SweepState, potential_energy, read_model, sweep
+from ..gibbs import ConjugateGibbs, SweepState, init_vectorized, potential_energy, read_model, sweep
 from ..gibbs_plan import make_plan
 from ..tempering import temper
 from ..updates import GibbsUpdate, Move
@@ -270,10 +270,8 @@ class ReplicaExchange(MCMCKernel):
         self._ends = adaptation_ends(num_warmup) if self._adapt else np.zeros(0, np.int32)
         if not is_prng_key(rng_key):  # chain_method="vectorized": a batch of keys
             self._vectorized = True
-            one = lambda k, p: self._init_one(k, p, model_args, model_kwargs)
-            if init_params is None:
-                return jax.vmap(lambda k: one(k, None))(rng_key)
-            return jax.vmap(one)(rng_key, init_params)
+            return init_vectorized(lambda k, p: self._init_one(k, p, model_args, model_kwargs),
+                                   rng_key, init_params)
         self._vectorized = False
         return self._init_one(rng_key, init_params, model_args, model_kwargs)
 
