@@ -95,13 +95,18 @@ class AISResult(NamedTuple):
     - **log_weights**: (M,) the chains' log weights.
     - **betas**: (K,) the temperatures, from 0 to 1.
 
-    With ``per_row=True`` the first three have a leading row axis: (N,), (N,), (N, M).
+    - **latents**: with ``return_latents``, each chain's final latent values (leading axis M):
+      with the weights, an importance sample of p(latents | X, parameters); else None.
+
+    With ``per_row=True`` the first three have a leading row axis: (N,), (N,), (N, M), and the
+    latents (N, M, 1, ...) (each row a one-row data set).
     """
 
     log_marginal: jax.Array
     stderr: jax.Array
     log_weights: jax.Array
     betas: jax.Array
+    latents: dict | None = None
 
     @property
     def ess(self) -> jax.Array:
@@ -254,6 +259,8 @@ def ais(
     rng_key,
     data_site: str = "X",
     per_row: bool = False,
+    row_params: dict | None = None,
+    return_latents: bool = False,
 ) -> AISResult:
     """log p(X | params) by annealed importance sampling.
 
@@ -278,6 +285,10 @@ def ais(
             rows are independent given ``params`` and whose latent sites have one entry per row
             (first axis). The same work as one run on all rows; it keeps working where a joint
             run's weights degenerate (their variance adds up over the rows).
+        row_params: with ``per_row``, parameter values that differ by row (leading axis N),
+            replacing those of ``params`` row by row (one compiled program for all rows; e.g. a
+            noise variance made huge at a row's missing entries, which leaves them out).
+        return_latents: also return each chain's final latents (``AISResult.latents``).
 
     Returns an :class:`AISResult`: log p(X | params) summed over all rows of ``X``, or with
     ``per_row`` per row: ``log_marginal`` and ``stderr`` (N,), ``log_weights`` (N, M) (the
@@ -294,9 +305,20 @@ def ais(
     keys = jax.random.split(rng_key, num_chains * (X.shape[0] if per_row else 1))
     if per_row:
         keys = keys.reshape((X.shape[0], num_chains) + keys.shape[1:])
-    lw = run(fixed, X, keys, betas_j, dynamic, per_row=bool(per_row))
+    if row_params is not None:
+        if not per_row:
+            raise ValueError("row_params gives parameters row by row, which needs per_row=True.")
+        bad = [k for k, v in row_params.items()
+               if k not in fixed or jnp.shape(v) != (X.shape[0], *jnp.shape(fixed[k]))]
+        if bad:
+            raise ValueError(f"row_params {bad} must be parameter sites with a leading axis of "
+                             f"{X.shape[0]} rows and the site's shape after it.")
+        row_params = {k: jnp.asarray(v) for k, v in row_params.items()}
+    out = run(fixed, X, keys, betas_j, dynamic, per_row=bool(per_row), row_params=row_params,
+              return_latents=bool(return_latents))
+    lw, latents = out if return_latents else (out, None)
     est, se = log_mean_exp_with_stderr(lw)
-    return AISResult(est, se, lw, betas_j)
+    return AISResult(est, se, lw, betas_j, latents)
 
 
 def prior_sampling_log_marginal(

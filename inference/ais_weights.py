@@ -104,7 +104,7 @@ def compiled_weights(setup: AISSetup):
     if key in _COMPILED:
         _COMPILED.move_to_end(key)
         return _COMPILED[key][1]
-    fns = (jax.jit(functools.partial(ais_log_weights, setup), static_argnames=("per_row",)),
+    fns = (jax.jit(functools.partial(ais_log_weights, setup), static_argnames=("per_row", "return_latents")),
            jax.jit(functools.partial(prior_log_weights, setup), static_argnames=("batch", "per_row")))
     _COMPILED[key] = (setup, fns)
     if len(_COMPILED) > _CACHE_SIZE:
@@ -128,12 +128,20 @@ def prior_draw(setup: AISSetup, params, key, X, kwargs):
     return {s: tr[s]["value"] for s in setup.latent_sites}
 
 
-def ais_log_weights(setup: AISSetup, params, X, keys, betas, dynamic, *, per_row: bool = False):
+def ais_log_weights(setup: AISSetup, params, X, keys, betas, dynamic, *, per_row: bool = False,
+                    row_params=None, return_latents: bool = False):
     """(M,) AIS log weights, one chain per key; betas (K,) traced (one compilation per K).
-    ``per_row``: keys (N, M), each row of X on its own (as a one-row data set) -> (N, M)."""
+    ``per_row``: keys (N, M), each row of X on its own (as a one-row data set) -> (N, M);
+    ``row_params``: parameter values that differ by row (each with a leading axis N), replacing
+    those of ``params`` for that row. ``return_latents``: also each chain's final latents (the
+    weighted sample of the posterior that the weights make unbiased): ``(lw, latents)``, every
+    latent with leading axes (M,) (per row (N, M))."""
     if per_row:
-        one = functools.partial(ais_log_weights, setup, betas=betas, dynamic=dynamic)
-        return jax.vmap(lambda x, k: one(params, x[None], k))(X, keys)
+        one = functools.partial(ais_log_weights, setup, betas=betas, dynamic=dynamic,
+                                return_latents=return_latents)
+        if row_params is None:
+            return jax.vmap(lambda x, k: one(params, x[None], k))(X, keys)
+        return jax.vmap(lambda x, k, rp: one({**params, **rp}, x[None], k))(X, keys, row_params)
     kwargs = {**dict(setup.static_kwargs), **dynamic}
     data = (setup.data_site,)
 
@@ -152,8 +160,8 @@ def ais_log_weights(setup: AISSetup, params, X, keys, betas, dynamic, *, per_row
             return (z, lw, state.rng_key), None
 
         # the kernel at beta_k (k = 1..K-2), then the weight's factor f_{k+1} / f_k at the result
-        (_, lw, _), _ = jax.lax.scan(step, (z, lw, k_run), (betas[1:-1], jnp.diff(betas)[1:]))
-        return lw
+        (z, lw, _), _ = jax.lax.scan(step, (z, lw, k_run), (betas[1:-1], jnp.diff(betas)[1:]))
+        return (lw, z) if return_latents else lw
 
     return jax.vmap(chain)(keys)
 

@@ -196,6 +196,18 @@ MTA_CHECKS = FamilyChecks(
 
 PREDICT_DRAWS = 20  # posterior draws a prediction uses (evenly spaced over the chains)
 AIS_CHAINS, AIS_TEMPS = 8, 200  # per row and draw: independent AIS chains, temperatures
+# A missing entry's noise variance inside AIS: its likelihood term is then flat in the latents
+# (precision 1e-10 against ~1-100 for an observed entry) and contributes the constant
+# -1/2 log(2 pi MISSING_VARIANCE) (up to ~1e-8 nats), which is added back exactly.
+MISSING_VARIANCE = 1e10
+
+
+def _data_mean(model, values, x, kwargs):
+    """E[x | latents, parameters] of a one-row data set: the mean of the model's X site."""
+    from numpyro.handlers import seed, substitute, trace
+
+    tr = trace(substitute(seed(model, jax.random.PRNGKey(0)), data=values)).get_trace(x, **kwargs)
+    return tr["X"]["fn"].mean
 
 
 def _ta_predict(draws, X_new, run, *, mixture: bool):
@@ -203,14 +215,19 @@ def _ta_predict(draws, X_new, run, *, mixture: bool):
     by annealed importance sampling per row (:func:`latentzoo.inference.ais.ais`, ``per_row``:
     :data:`AIS_CHAINS` chains over :data:`AIS_TEMPS` temperatures, the fit's own Gibbs table on
     the per-row latents: the groups z_j and, for MTA, the label c), with its standard error.
-    Returns ``{"log_lik", "log_lik_stderr": (chains, P, M), "draw_index": (P,)}``. Complete rows
-    only: the model has no masked likelihood (one sentence otherwise)."""
+
+    Missing entries (NaN) are left out: with diagonal noise the density of a row's observed
+    entries is the model's with those columns removed, which AIS computes in the same compiled
+    program by giving the missing entries a noise variance of :data:`MISSING_VARIANCE` for that
+    row (``row_params``) and adding back the constant that leaves. Each missing entry is imputed
+    by its conditional mean given the row's observed entries and the draw: the AIS chains' final
+    latents, weighted by their importance weights, through the model's mean of x.
+
+    Returns ``{"log_lik", "log_lik_stderr": (chains, P, M), "draw_index": (P,)}`` and, with
+    missing entries, ``"X_completed"`` (chains, P, M, D)."""
     from latentzoo.inference.ais import ais
     from latentzoo.inference.ta import mta_updates, ta_updates
 
-    if np.isnan(X_new).any():
-        raise ValueError(f"The tensor analyzers score complete rows only; the new data have "
-                         f"{int(np.isnan(X_new).sum())} missing (NaN) entries.")
     post = run.posterior
     chains, num = post.sizes["chain"], post.sizes["draw"]
     index = np.unique(np.linspace(0, num - 1, max(1, min(num, PREDICT_DRAWS // chains)))
@@ -224,18 +241,41 @@ def _ta_predict(draws, X_new, run, *, mixture: bool):
         kwargs, latent = dict(d=d, C=int(values["pi"].shape[-1])), ("c", *group_names(d))
     else:
         model, table, kwargs, latent = tensor_analyzer, ta_updates(d), dict(d=d), group_names(d)
-    X = jnp.asarray(X_new)
-    ll = np.empty((chains, len(index), X.shape[0]))
+    missing = np.isnan(X_new)
+    any_missing = bool(missing.any())
+    X = jnp.asarray(np.where(missing, 0.0, X_new))
+    M, D = X.shape
+    ll = np.empty((chains, len(index), M))
     se = np.empty_like(ll)
+    completed = np.empty((chains, len(index), M, D)) if any_missing else None
+    mean_of = jax.jit(jax.vmap(jax.vmap(lambda v, x: _data_mean(model, v, x[None], kwargs)[0],
+                                        in_axes=(0, None))))
     key = jax.random.PRNGKey(0)
     for c in range(chains):  # one compiled program: the draw's values are its arguments
         for i in range(len(index)):
             key, k = jax.random.split(key)
-            r = ais(model, table, X, {s: v[c, i] for s, v in values.items()}, kwargs,
-                    latent_sites=latent, per_row=True, num_chains=AIS_CHAINS,
-                    num_temps=AIS_TEMPS, rng_key=k)
-            ll[c, i], se[c, i] = np.asarray(r.log_marginal), np.asarray(r.stderr)
-    return {"log_lik": ll, "log_lik_stderr": se, "draw_index": index}
+            params = {s: jnp.asarray(v[c, i]) for s, v in values.items()}
+            row_params = None
+            if any_missing:  # Psi (D,) for TA, (C, D) for MTA -> one per row
+                mask = missing if not mixture else missing[:, None, :]
+                row_params = {"Psi": jnp.where(mask, MISSING_VARIANCE, params["Psi"][None])}
+            r = ais(model, table, X, params, kwargs, latent_sites=latent, per_row=True,
+                    num_chains=AIS_CHAINS, num_temps=AIS_TEMPS, rng_key=k,
+                    row_params=row_params, return_latents=any_missing)
+            ll[c, i] = np.asarray(r.log_marginal) + 0.5 * np.log(2 * np.pi * MISSING_VARIANCE) * missing.sum(1)
+            se[c, i] = np.asarray(r.stderr)
+            if any_missing:
+                # every row's chains: its final latents (M, A, 1, ...) with the row's parameters
+                per_row = {**{s: jnp.broadcast_to(p, (M, AIS_CHAINS, *p.shape)) for s, p in params.items()},
+                           **r.latents}
+                means = np.asarray(mean_of(per_row, X))  # (M, A, D)
+                w = np.exp(np.asarray(r.log_weights) - np.asarray(r.log_weights).max(1, keepdims=True))
+                w /= w.sum(1, keepdims=True)
+                completed[c, i] = np.where(missing, np.einsum("ma,mad->md", w, means), X_new)
+    out = {"log_lik": ll, "log_lik_stderr": se, "draw_index": index}
+    if any_missing:
+        out["X_completed"] = completed
+    return out
 
 
 ta_predict = partial(_ta_predict, mixture=False)

@@ -2,10 +2,10 @@
 draw by annealed importance sampling, with its standard error, and the posterior predictive
 density over the draws. Checked draw by draw against an exact answer for TA (quadrature over
 the second group, :func:`ta_oracle_log_marginal`) and against the Rao-Blackwellised estimator
-for MTA; missing entries are one sentence with nothing written."""
+for MTA; missing entries are left out of the density and imputed."""
 
-import os
 
+import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 import pytest
@@ -15,7 +15,7 @@ from latentzoo import arviz_adapter as azx
 from latentzoo.cli import main
 from latentzoo.inference.ta import ta_oracle_log_marginal
 from latentzoo.inference.ta.mcem import log_likelihood_estimate
-from latentzoo.models.tensor_analyzer import default_ta_data
+from latentzoo.models.tensor_analyzer import default_ta_data, ta_mean
 
 SMALL = ["--chains", "2", "--samples", "20", "--warmup", "20", "--K", "2", "--no-progress"]
 
@@ -71,15 +71,50 @@ def test_mta_rows_agree_with_the_rao_blackwellised_estimate(rows, capsys):
     assert np.all(np.abs(ll - rb) <= 4 * se + 0.1), np.max(np.abs(ll - rb) / se)
 
 
-def test_missing_entries_are_one_sentence(rows, capsys):
+def _importance_oracle(x, missing, W, T, mu, Psi, rng, draws=200_000):
+    """E[x_missing | x_observed, parameters] by importance sampling with the groups' N(0, 1)
+    prior as proposal (the observed entries' likelihood as weight): independent of AIS."""
+    z = [rng.normal(size=(draws, 2)), rng.normal(size=(draws, 2))]
+    e = np.asarray(ta_mean(W, T, mu, [jnp.asarray(v) for v in z]))
+    obs = ~missing
+    lw = -0.5 * (((x[obs] - e[:, obs]) ** 2) / Psi[obs]).sum(1)
+    w = np.exp(lw - lw.max())
+    return (w[:, None] * e[:, missing]).sum(0) / w.sum()
+
+
+def test_missing_entries_are_left_out_of_the_density_and_imputed(rows, capsys):
+    """NaN cells: each row's density is that of its observed entries (checked draw by draw
+    against the quadrature oracle on the observed columns), and each missing entry is imputed
+    by its conditional mean given the observed ones (checked against importance sampling from
+    the prior with 2e5 draws per posterior draw). The imputation's Monte Carlo error is that of
+    8 weighted AIS chains per draw (per-draw differences about 0.1-0.2); over 20 draws the means
+    agreed within 0.05 (measured); the tolerance is 0.2. Filling the cells with 0 and scoring
+    them as data (no masking) misses the densities by whole nats."""
     root, X_new = rows
     run = root / "run-ta"  # written by the first test; a fresh one when run alone
     if not run.exists():
         assert main(["run", "ta", *SMALL, "--data", str(root / "train.npy"), "--out", str(run)]) == 0
     X = X_new.copy()
     X[1, 2] = np.nan
+    X[3, [0, 4]] = np.nan
     np.save(root / "nan.npy", X)
-    assert main(["predict", str(run), "--data", str(root / "nan.npy"), "--out",
-                 str(root / "nan-pred")]) == 2
-    assert "complete rows only" in capsys.readouterr().err
-    assert not os.path.exists(root / "nan-pred")
+    out = root / "nan-pred"
+    assert main(["predict", str(run), "--data", str(root / "nan.npy"), "--out", str(out)]) == 0
+    assert "3 missing entries imputed" in capsys.readouterr().out
+    pred = azx.load(str(out / "predictions.nc"))
+    flat, ll, se = _per_draw(pred, ("W", "T", "mu", "Psi"))
+    for n in range(X.shape[0]):
+        obs = ~np.isnan(X[n])
+        exact = np.array([float(ta_oracle_log_marginal(X[n:n + 1, obs], flat["W"][s][obs], flat["T"][s][obs],
+                                                       flat["mu"][s][obs], flat["Psi"][s][obs], per_row=True)[0])
+                          for s in range(ll.shape[0])])
+        assert np.all(np.abs(ll[:, n] - exact) <= 4 * se[:, n] + 0.05), (n, np.max(np.abs(ll[:, n] - exact) / se[:, n]))
+    completed = np.asarray(pred.predictions["X_completed"]).reshape(-1, *X.shape)
+    rng = np.random.default_rng(0)
+    for n in (1, 3):
+        missing = np.isnan(X[n])
+        oracle = np.mean([_importance_oracle(X[n], missing, *(flat[k][s] for k in ("W", "T", "mu", "Psi")), rng)
+                          for s in range(completed.shape[0])], axis=0)
+        np.testing.assert_allclose(completed[:, n, missing].mean(0), oracle, atol=0.2)
+    table = pd.read_csv(out / "predictions.csv")
+    assert np.isfinite(table.filter(like="x").to_numpy()).all()
