@@ -60,6 +60,7 @@ from latentzoo.models.tables import split_tables
 __all__ = [
     "CAVI",
     "CAVIState",
+    "new_rows",
     "CoordinateAscent",
     "ELBODecreaseError",
     "VariationalFit",
@@ -88,19 +89,53 @@ class VariationalFit(NamedTuple):
         guide: the NumPyro guide the params belong to, so
             ``Predictive(model, guide=fit.guide, params=fit.params)`` and ``Trace_ELBO`` work.
         model: the NumPyro model that was fitted.
+        row_log_likelihood: ``(params, X) -> (N,)`` each new row's log-likelihood at the fitted
+            parameters, latents integrated out, set by the ``fit_*`` that has one; None
+            otherwise.
+        score_kind: ``"exact"``, or ``"lower bound"`` where the latents cannot be summed out
+            (CVQ and NOCA beyond 12 sources: the mean-field bound).
     """
 
     result: SVIRunResult
     guide: Callable
     model: Callable
+    row_log_likelihood: Callable | None = None
+    score_kind: str = "exact"
 
     @property
     def params(self) -> dict:
         return self.result.params
 
+    def score_samples(self, X) -> np.ndarray:
+        """log p(x_n | fitted parameters) for each row of ``X`` (N,), in scikit-learn's sense
+        (a lower bound when :attr:`score_kind` says so)."""
+        if self.row_log_likelihood is None:
+            raise ValueError("This fit does not score new rows (its model has no per-row "
+                             "likelihood here); use latentzoo.predict on a saved run instead.")
+        return np.asarray(self.row_log_likelihood(self.params, X))
+
+    def score(self, X) -> float:
+        """The mean of :meth:`score_samples` over the rows of ``X``."""
+        return float(np.mean(self.score_samples(X)))
+
     @property
     def losses(self) -> jax.Array:
         return self.result.losses
+
+
+def new_rows(X, D: int, *, binary: bool = False) -> jax.Array:
+    """New rows for a fit's ``score_samples``: a 2-D numeric array of D columns (binary data
+    0/1 where ``binary``); one ValueError sentence otherwise. NaN passes (a family that cannot
+    leave entries out refuses it itself)."""
+    try:
+        A = np.asarray(X, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError("The new rows must be a numeric array.") from None
+    if A.ndim != 2 or A.shape[1] != D:
+        raise ValueError(f"The new rows must be a 2-D array with {D} columns, as the fit had; got shape {A.shape}.")
+    if binary and not np.all(np.isin(A, (0.0, 1.0))):
+        raise ValueError("The new rows must hold 0/1 values only, as the fit's data did.")
+    return jnp.asarray(A)
 
 
 class CAVIState(NamedTuple):

@@ -59,7 +59,8 @@ from numpyro.distributions import constraints
 
 from latentzoo.models.cvq import cvq
 
-from latentzoo.inference.cavi import CAVI, CoordinateAscent, VariationalFit
+from latentzoo.inference.binary_draw import ENUM_MAX_K
+from latentzoo.inference.cavi import CAVI, CoordinateAscent, VariationalFit, new_rows
 from latentzoo.inference.cavi_blocks import CAVIBlock, coordinate_ascent
 from latentzoo.inference.enumerate import all_states, enumerate_posterior
 from latentzoo.inference.validation import check_matrix
@@ -334,4 +335,18 @@ def fit_cvq(
         jax.random.PRNGKey(seed), num_steps, X, K=K, progress_bar=progress_bar, rtol=rtol,
         init_params=init_params, restarts=restarts,
     )
-    return VariationalFit(result, cvq_guide, cvq)
+    K_fit = int(result.params["W_loc"].shape[1])
+    return VariationalFit(result, cvq_guide, cvq, row_log_likelihood=_cvq_rows,
+                          score_kind="exact" if K_fit <= ENUM_MAX_K else "lower bound")
+
+
+def _cvq_rows(params, X):
+    """Each new row's log p(x_n | W, pi, sigma): exact by enumeration up to ENUM_MAX_K sources,
+    the mean-field lower bound above."""
+    W, pi, sigma = params["W_loc"], params["pi_loc"], params["sigma_loc"]
+    X = new_rows(X, W.shape[0])
+    if bool(jnp.any(jnp.isnan(X))):
+        raise ValueError("The CVQ scores complete rows only; the new rows have missing (NaN) entries.")
+    if W.shape[1] <= ENUM_MAX_K:
+        return cvq_exact_rows(X, W, pi, sigma)[0]
+    return cvq_mean_field_rows(X, W, pi, sigma)[0]

@@ -49,4 +49,16 @@ def fit_fa_variational(
         jax.random.PRNGKey(seed), num_steps, X, K=K, priors=priors,
         progress_bar=progress_bar, init_params=init_params, rtol=rtol, restarts=restarts,
     )
-    return VariationalFit(result, fa.guide, model)
+    return VariationalFit(result, fa.guide, model, row_log_likelihood=_fa_rows)
+
+
+def _fa_rows(params, X):
+    """Each new row's log p(x_{n,O}) at the fit (W, mu at their means; psi at its mean or
+    point estimate), z ~ N(0, I) integrated out; NaN entries left out
+    (:func:`~latentzoo.inference.fa.predict.masked_log_predictive`)."""
+    from latentzoo.inference.cavi import new_rows
+    from latentzoo.inference.fa.predict import masked_log_predictive
+
+    W, mu = params["W_loc"], params["mu_loc"]
+    psi = params["psi_loc"] if "psi_loc" in params else params["psi_concentration"] / params["psi_rate"]
+    return masked_log_predictive(new_rows(X, W.shape[0]), W, mu, psi)[0]

@@ -25,7 +25,8 @@ from numpyro.infer.svi import SVIRunResult
 
 from latentzoo.models.noca import noca
 
-from latentzoo.inference.cavi import CAVI, VariationalFit
+from latentzoo.inference.binary_draw import ENUM_MAX_K
+from latentzoo.inference.cavi import CAVI, VariationalFit, new_rows
 from latentzoo.inference.enumerate import MAX_EXACT_K
 from latentzoo.inference.noca.blocks import (
     noca_data_init,
@@ -36,6 +37,7 @@ from latentzoo.inference.noca.blocks import (
 from latentzoo.inference.noca.bound import (
     noca_bound_rows,
     noca_exact_loglik,
+    noca_exact_rows,
     noca_importance_loglik,
     positive_index,
 )
@@ -155,7 +157,18 @@ def fit_noca(
                   f"{time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
         if best is None or float(res.state.elbo) > float(best.state.elbo):
             best = res
-    return VariationalFit(best, noca_guide, noca)
+    return VariationalFit(best, noca_guide, noca, row_log_likelihood=_noca_rows,
+                          score_kind="exact" if K <= ENUM_MAX_K else "lower bound")
+
+
+def _noca_rows(params, X):
+    """Each new row's log p(x_n | theta, theta0, pi): exact by enumeration up to ENUM_MAX_K
+    sources, the Jaakkola-Jordan mean-field lower bound above."""
+    theta, theta0, pi = params["theta_loc"], params["theta0_loc"], params["pi_loc"]
+    X = new_rows(X, theta.shape[1], binary=True)
+    if theta.shape[0] <= ENUM_MAX_K:
+        return noca_exact_rows(X, theta, theta0, pi)[0]
+    return noca_mean_field_rows(X, theta, theta0, pi, num_pos=int(X.sum()))[0]
 
 
 def _fit_one(cavi, key, X, kwargs, method, num_steps, rounds, rtol, init_params, progress_bar, label):
