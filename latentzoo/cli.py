@@ -277,10 +277,24 @@ def _interrupt_in(err):
     return None
 
 
+def _close_progress_bars() -> None:
+    """End the progress bars an interrupted run left open (tqdm's, NumPyro's and the CAVI
+    driver's), so that the sentence after them starts a line of its own: a bar redraws with a
+    carriage return and no newline, and the sentence used to land at the end of the bar's line."""
+    try:
+        from tqdm import tqdm
+    except ImportError:  # pragma: no cover (a dependency of NumPyro)
+        return
+    for bar in list(getattr(tqdm, "_instances", ())):
+        with contextlib.suppress(Exception):
+            bar.close()
+
+
 def _interrupted(err, args) -> int:
     signum = getattr(err, "signum", signal.SIGINT)
     name = signal.Signals(signum).name
     release_interrupted_frames(err)
+    _close_progress_bars()
     hint = getattr(args, "resume_hint", None)
     more = f"; `latentzoo run ... --resume {hint}` continues from its last checkpoint" if hint else ""
     fail(f"interrupted ({name}); nothing was written{more}")
