@@ -43,4 +43,15 @@ if os.path.isfile(os.path.join(_root, "pyproject.toml")) and all(
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+__all__ = ["__version__", "predict"]
+
+
+def __getattr__(name):
+    """``latentzoo.predict`` without importing it first (PEP 562): the module is loaded on first
+    use, so ``import latentzoo`` stays light. Called, ``latentzoo.predict(run_dir, X_new)``
+    returns the prediction's ArviZ InferenceData (see :mod:`latentzoo.predict`)."""
+    if name == "predict":
+        import importlib
+
+        return importlib.import_module("latentzoo.predict")
+    raise AttributeError(f"module 'latentzoo' has no attribute {name!r}")

@@ -28,12 +28,17 @@ A classifier (the rank SVM) returns class probabilities instead of densities: ``
 :func:`classify` turns them into labels and, given true labels, accuracy and log loss.
 
 Families without ``predict`` are refused in one sentence that says so.
+
+The module is also callable: ``import latentzoo; latentzoo.predict(run_dir, X_new)`` returns
+just ``idata`` (ArviZ's ``InferenceData`` with the ``predictions`` group), for ``az.plot_*``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
+import types
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -369,3 +374,17 @@ def _label_text(value) -> str:
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     return str(value)
+
+
+class _CallableModule(types.ModuleType):
+    """This module, callable: ``latentzoo.predict(run_dir, X_new, **options)`` is
+    ``predict(run_dir, X_new, **options).idata``, the ArviZ InferenceData with the
+    ``predictions`` group (the per-draw values) that ``az.plot_*`` and ``az.summary`` read. The
+    function :func:`predict` returns the full :class:`Prediction` (densities, imputations,
+    class probabilities) that the command line writes."""
+
+    def __call__(self, run_dir, X_new, **options):
+        return predict(run_dir, X_new, **options).idata
+
+
+sys.modules[__name__].__class__ = _CallableModule

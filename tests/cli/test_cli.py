@@ -346,20 +346,23 @@ def test_a_signal_wrapped_by_library_code_is_still_the_signal(monkeypatch, capsy
     assert "interrupted (SIGTERM)" in capsys.readouterr().err
 
 
-def test_the_interrupted_sentence_starts_its_own_line_after_a_progress_bar(capsys):
+def test_the_interrupted_sentence_starts_its_own_line_after_a_progress_bar(monkeypatch, capsys):
     """A run interrupted while a progress bar stands at 0 % (the CAVI driver's bar, drawn with
     a carriage return and no newline) once printed the sentence at the end of the bar's line,
     so a reader of the last line saw the bar; open bars are closed first."""
-    import signal
-    from types import SimpleNamespace
-
     from tqdm import tqdm
 
-    from latentzoo import cli
+    import latentzoo.cli as cli
 
-    bar = tqdm(total=30, desc="CAVI", file=sys.stderr)
-    bar.update(0)
-    assert cli._interrupted(cli.Interrupted(signal.SIGINT), SimpleNamespace()) == 128 + 2
+    bars = []  # held, as the interrupted run's frames hold theirs
+
+    def interrupted_under_a_bar(args):
+        bars.append(tqdm(total=30, desc="CAVI", file=sys.stderr))
+        bars[-1].update(0)
+        raise cli.Interrupted(2)
+
+    monkeypatch.setattr(cli, "_cmd_list", interrupted_under_a_bar)
+    assert cli.main(["list"]) == 128 + 2
     err = capsys.readouterr().err
     last = [line for line in err.replace("\r", "\n").splitlines() if line.strip()][-1]
     assert last.startswith("latentzoo: interrupted (SIGINT)"), err

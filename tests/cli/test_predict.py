@@ -54,6 +54,19 @@ def test_training_rows_reproduce_the_runs_pointwise_log_likelihood(fa_runs, caps
     assert "mean log predictive density" in capsys.readouterr().out
 
 
+def test_the_package_call_returns_the_inference_data_arviz_reads(fa_runs):
+    """``latentzoo.predict(run_dir, X_new)`` (no import of the module first) is the
+    prediction's InferenceData, with its predictions group, the same values as the function's."""
+    import latentzoo
+    from latentzoo.predict import predict
+
+    root, X, runs = fa_runs
+    idata = latentzoo.predict(str(runs["plain"]), X[:5])
+    assert "predictions" in azx.group_names(idata) and idata.predictions["log_lik"].shape == (2, 30, 5)
+    np.testing.assert_array_equal(idata.predictions["log_lik"],
+                                  predict(str(runs["plain"]), X[:5]).idata.predictions["log_lik"])
+
+
 def test_missing_entries_get_the_exact_conditional_density_and_mean(fa_runs, capsys):
     root, X, runs = fa_runs
     rows = X[:3].copy()
