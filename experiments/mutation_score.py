@@ -198,7 +198,7 @@ FOCUS = {
     "inference/noca/bound.py": None,  # every function
     "inference/cvq/moves.py": None,  # every function
     "inference/samplers/replica_exchange.py": ["swap_log_ratio", "swap_step", "adapt_ladder",
-                                               "adaptation_ends", "observed_log_likelihood",
+                                               "adaptation_ends",
                                                "_sample_one", "geometric_ladder"],
     "inference/ta/gibbs.py": ["group_natural", "collapsed_log_Z", "label_group_logits", "select_rows",
                               "_label_conditional", "_features", "_loadings_prior", "loadings_natural",

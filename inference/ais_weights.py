@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 from numpyro.handlers import seed, substitute, trace
 
-from .gibbs import SweepState, read_model, sweep
+from .gibbs import SweepState, observed_log_likelihood, sweep
 from .tempering import temper
 from .updates import GibbsUpdate, Move
 
@@ -114,12 +114,7 @@ def compiled_weights(setup: AISSetup):
 
 def data_log_likelihood(setup: AISSetup, values, X, kwargs):
     """log p(X | values) of the untempered data site (its handler scale, if any, included)."""
-    _, _, tr = read_model(setup.model, values, (X,), kwargs)
-    site = tr[setup.data_site]
-    lp = site["fn"].log_prob(site["value"])
-    if site.get("scale") is not None:
-        lp = lp * site["scale"]
-    return jnp.sum(lp)
+    return observed_log_likelihood(setup.model, values, (X,), kwargs, sites=(setup.data_site,))
 
 
 def prior_draw(setup: AISSetup, params, key, X, kwargs):

@@ -73,6 +73,8 @@ __all__ = [
     "read_model",
     "potential_energy",
     "init_vectorized",
+    "observed_log_likelihood",
+    "sweep_values",
 ]
 
 
@@ -137,15 +139,39 @@ def potential_energy(model, values, model_args, model_kwargs):
     return -log_density(model, model_args, model_kwargs, values)[0]
 
 
-def sweep(model, updates, state: SweepState, model_args, model_kwargs) -> SweepState:
-    """One pass over the updates. Pure: jit, vmap and scan it freely."""
-    rng_key, *keys = jax.random.split(state.rng_key, len(updates) + 1)
-    values = dict(state.z)
+def sweep_values(model, updates, values, keys, model_args, model_kwargs) -> dict:
+    """The values after one pass over the updates, update i drawn with ``keys[i]``; no density
+    is evaluated at the end (:func:`sweep` adds it)."""
+    values = dict(values)
     for u, k in zip(updates, keys):
         priors, obs, _ = read_model(model, values, model_args, model_kwargs)
         values.update(u.sample(k, values, obs, priors))
+    return values
+
+
+def sweep(model, updates, state: SweepState, model_args, model_kwargs) -> SweepState:
+    """One pass over the updates, and -log p at the result. Pure: jit, vmap and scan it freely."""
+    rng_key, *keys = jax.random.split(state.rng_key, len(updates) + 1)
+    values = sweep_values(model, updates, state.z, keys, model_args, model_kwargs)
     pe = potential_energy(model, values, model_args, model_kwargs)
     return SweepState(values, rng_key, pe, jnp.zeros((), bool))
+
+
+def observed_log_likelihood(model, values, model_args, model_kwargs, sites=None):
+    r""":math:`\log p(x \mid \theta)`: the summed log densities of the model's observed sample
+    sites (those in ``sites``, or all), handler scales included, at ``values``; scalar."""
+    _, _, tr = read_model(model, values, model_args, model_kwargs)
+    total = jnp.zeros(())
+    for name, site in tr.items():
+        if site["type"] != "sample" or not site["is_observed"] or name in values:
+            continue
+        if sites is not None and name not in sites:
+            continue
+        lp = site["fn"].log_prob(site["value"])
+        if site.get("scale") is not None:
+            lp = lp * site["scale"]
+        total = total + jnp.sum(lp)
+    return total
 
 
 def init_vectorized(init_one, rng_keys, init_params):

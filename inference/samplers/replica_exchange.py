@@ -59,7 +59,7 @@ from numpyro.infer.gibbs import latent_sample_sites, prototype_trace
 from numpyro.infer.mcmc import MCMCKernel
 from numpyro.util import is_prng_key
 
-from ..gibbs import ConjugateGibbs, SweepState, init_vectorized, potential_energy, read_model, sweep
+from ..gibbs import ConjugateGibbs, init_vectorized, observed_log_likelihood, potential_energy, sweep_values
 from ..gibbs_plan import make_plan
 from ..tempering import temper
 from ..updates import GibbsUpdate, Move
@@ -114,23 +114,6 @@ def geometric_ladder(num_replicas: int, min_beta: float) -> np.ndarray:
     if not (isinstance(min_beta, (int, float)) and 0.0 < float(min_beta) < 1.0):
         raise ValueError(f"min_beta, the hottest rung's inverse temperature, must lie in (0, 1), got {min_beta!r}.")
     return float(min_beta) ** (np.arange(num_replicas) / (num_replicas - 1))
-
-
-def observed_log_likelihood(model, values, model_args, model_kwargs, sites=None):
-    r""":math:`\log p(x \mid \theta)`: the summed log densities of the model's observed sample
-    sites (those in ``sites``, or all), handler scales included, at ``values``; scalar."""
-    _, _, tr = read_model(model, values, model_args, model_kwargs)
-    total = jnp.zeros(())
-    for name, site in tr.items():
-        if site["type"] != "sample" or not site["is_observed"] or name in values:
-            continue
-        if sites is not None and name not in sites:
-            continue
-        lp = site["fn"].log_prob(site["value"])
-        if site.get("scale") is not None:
-            lp = lp * site["scale"]
-        total = total + jnp.sum(lp)
-    return total
 
 
 def swap_log_ratio(betas, log_lik):
@@ -299,10 +282,10 @@ class ReplicaExchange(MCMCKernel):
         rng_key, k_sweep, k_swap = jax.random.split(state.rng_key, 3)
         M = state.betas.shape[0]
 
-        def one_sweep(z, beta, key):
-            tempered = temper(self._model, beta, self._sites)
-            start = SweepState(z, key, jnp.zeros(()), jnp.zeros((), bool))
-            return sweep(tempered, self._plan.updates, start, model_args, model_kwargs).z
+        def one_sweep(z, beta, key):  # the values only: no copy's tempered density is needed
+            updates = self._plan.updates  # keys split as sweep splits them
+            return sweep_values(temper(self._model, beta, self._sites), updates, z,
+                                jax.random.split(key, len(updates) + 1)[1:], model_args, model_kwargs)
 
         replicas = jax.vmap(one_sweep)(state.replicas, state.betas, jax.random.split(k_sweep, M))
         log_lik = jax.vmap(
