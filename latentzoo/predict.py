@@ -12,7 +12,15 @@ at most :data:`MAX_DRAWS` evenly spaced posterior draws, and returns:
 - ``log_predictive_density`` (M,): log (1/S) Σ_s p(x_n | θ_s), the posterior predictive density
   of each row's observed entries (exact given the draws; a point fit has S = 1: a plug-in value);
 - ``imputed_mean`` (M, D): the new rows with each missing entry at its posterior predictive
-  mean (the draws' conditional means averaged).
+  mean (the draws' conditional means averaged);
+- ``latent_mean``: the density models' per-row latents, ``{name: (M, ...)}``: each row's
+  conditional mean of the latent given its observed entries (FA ``z`` (M, K); MFA the
+  component probabilities ``c`` (M, J) and ``z`` given each component (M, J, K); TA/MTA each
+  group ``z_j`` and, for MTA, ``c`` (M, C)), averaged over the first chain's draws. The
+  ``predictions`` group holds them per draw as ``<name>_mean`` (chains, draws, M, ...): chains
+  may rotate or relabel the latents differently (only the draws of one chain are averaged), and
+  a rotation-invariant posterior (FA's W and z) drifts within a chain too, which shrinks the
+  average towards 0; the per-draw values are exact given each draw.
 
 The binary-source families (CVQ, NOCA) sum their K sources out exactly up to
 :data:`MAX_ENUMERATED_K`; above it each row's density is the mean-field lower bound at that draw
@@ -65,6 +73,7 @@ class Prediction(NamedTuple):
     log_predictive_density_stderr: np.ndarray | None = None  # where the densities are estimates
     log_lik_kind: str = "exact"  # or LOWER_BOUND: the densities are bounds, and so is their mean
     source_probability: np.ndarray | None = None  # binary sources: p(s_k = 1 | x) (M, K), chain 0
+    latent_mean: dict | None = None  # density models: {latent: E[latent | x] (M, ...)}, chain 0
 
 
 MAX_ENUMERATED_K = 12  # binary sources summed out exactly up to 2^12 states per row
@@ -204,6 +213,9 @@ def predict(run_dir: str, X_new, *, max_draws: int = MAX_DRAWS,
         azx.set_posterior_attrs(draws, **meta, latentzoo_label_values=json.dumps(list(values)))
         return Prediction(draws, None, None, S, 0, prob.reshape(S, -1).mean(0), values, labels)
     kind = out.pop("log_lik_kind", "exact")
+    latents = {name: np.asarray(v) for name, v in (out.pop("latents", None) or {}).items()}
+    latent_mean = {name: v[0].mean(0) for name, v in latents.items()} or None
+    out.update({f"{name}_mean": v for name, v in latents.items()})
     sources = None
     if "source_prob" in out:  # the first chain's draws: sources may be relabelled between chains
         sources = np.asarray(out["source_prob"])[0].mean(0)
@@ -227,7 +239,7 @@ def predict(run_dir: str, X_new, *, max_draws: int = MAX_DRAWS,
     azx.set_posterior_attrs(draws, **meta, latentzoo_log_lik=kind)
     return Prediction(draws, lpd, imputed_mean, S, int(np.isnan(X).sum()),
                       log_predictive_density_stderr=lpd_se, log_lik_kind=kind,
-                      source_probability=sources)
+                      source_probability=sources, latent_mean=latent_mean)
 
 
 def _fitted_columns(idata, run_dir: str) -> int:
@@ -278,7 +290,8 @@ def classify(result: Prediction, y_true=None) -> dict:
 def write_predictions(out_dir: str, result: Prediction, y_true=None):
     """``predictions.nc`` (the InferenceData) and ``predictions.csv`` (one row per new row:
     ``log_predictive_density`` (``..._lower_bound`` where the family scored a bound), the
-    sources' posterior ``p_source_k`` (binary-source families), then the completed entries where some were missing; for a
+    sources' posterior ``p_source_k`` (binary-source families), the latents' posterior means
+    ``<latent>_mean_<index>`` (density models), then the completed entries where some were missing; for a
     classifier ``probability_of_<positive label>``, ``predicted`` and, given ``y_true``, the
     ``label``, with accuracy and log loss in the attributes) into ``out_dir``, together
     through a staging folder. Returns the table."""
@@ -304,6 +317,11 @@ def write_predictions(out_dir: str, result: Prediction, y_true=None):
         if result.source_probability is not None:
             for k in range(result.source_probability.shape[1]):
                 table[f"p_source_{k}"] = result.source_probability[:, k]
+        for name, mean in (result.latent_mean or {}).items():
+            flat = mean.reshape(mean.shape[0], -1)
+            index = np.stack(np.unravel_index(np.arange(flat.shape[1]), mean.shape[1:]), -1)
+            for j, at in enumerate(index):
+                table[f"{name}_mean_" + "_".join(map(str, at))] = flat[:, j]
     if result.imputed and result.imputed_mean is not None:
         cols = pd.DataFrame(result.imputed_mean,
                             columns=[f"x{d}" for d in range(result.imputed_mean.shape[1])])

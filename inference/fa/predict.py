@@ -26,10 +26,12 @@ import jax.numpy as jnp
 __all__ = ["masked_log_predictive"]
 
 
-def masked_log_predictive(X, W, mu, psi):
+def masked_log_predictive(X, W, mu, psi, *, with_latent_mean: bool = False):
     """Rows X (N, D) with NaN for missing entries, one draw W (D, K), mu (D,), psi (D,) ->
     (log p(x_{n,O}) (N,), E[x_n | x_{n,O}] (N, D): observed entries as given, missing ones at
-    their conditional mean). A row with no observed entry has log density 0."""
+    their conditional mean). A row with no observed entry has log density 0.
+    ``with_latent_mean``: also return m_n = E[z_n | x_{n,O}] (N, K) (a row with nothing
+    observed gets the prior mean 0)."""
     observed = ~jnp.isnan(X)
     R = jnp.where(observed, X - mu, 0.0)
     psi_n = jnp.where(observed, psi, 0.0)  # (N, D): a missing entry carries no precision
@@ -46,4 +48,6 @@ def masked_log_predictive(X, W, mu, psi):
     count = jnp.sum(observed, -1)
     log_p = -0.5 * (count * jnp.log(2.0 * jnp.pi) + logdet + quad)
     completed = jnp.where(observed, X, mu + fitted)
+    if with_latent_mean:
+        return log_p, completed, m
     return log_p, completed

@@ -253,13 +253,17 @@ def fa_posterior_predictive(idata, rng_seed=0, max_draws=200):
 
 def fa_predict(idata, X_new, run=None):
     """New rows under each stored draw (:func:`latentzoo.inference.fa.predict.masked_log_predictive`):
-    ``log_lik`` (chains, draws, M), the log density of each row's observed entries, and
-    ``X_completed`` (chains, draws, M, D), its missing entries at their conditional mean."""
+    ``log_lik`` (chains, draws, M) of each row's observed entries, ``X_completed``
+    (chains, draws, M, D), its missing entries at their conditional mean, and ``latents``:
+    ``{"z": E[z_n | x_{n,O}, draw] (chains, draws, M, K)}``."""
+    from functools import partial
+
     from latentzoo.inference.fa.predict import masked_log_predictive
     from latentzoo.predict import per_draw
 
-    ll, completed = per_draw(masked_log_predictive, idata, X_new, ("W", "mu", "psi"))
-    return {"log_lik": ll, "X_completed": completed}
+    ll, completed, z = per_draw(partial(masked_log_predictive, with_latent_mean=True), idata, X_new,
+                                ("W", "mu", "psi"))
+    return {"log_lik": ll, "X_completed": completed, "latents": {"z": z}}
 
 
 def _fa_vb_check():

@@ -69,26 +69,29 @@ def _run_gibbs(X, cfg):
 
 
 def _mfa_row_predictive(X, pi, W, mu, psi):
-    """One draw: (log p(x_{n,O}) (N,), E[x_n | x_{n,O}] (N, D)) of the mixture, each component
-    by :func:`~latentzoo.inference.fa.predict.masked_log_predictive`, weighted by its
+    """One draw: (log p(x_{n,O}) (N,), E[x_n | x_{n,O}] (N, D), p(c_n = j | x_{n,O}) (N, J),
+    E[z_n | c_n = j, x_{n,O}] (N, J, K)) of the mixture, each component by
+    :func:`~latentzoo.inference.fa.predict.masked_log_predictive`, weighted by its
     responsibility given the row's observed entries."""
     from latentzoo.inference.fa.predict import masked_log_predictive
 
-    lp, completed = jax.vmap(masked_log_predictive, in_axes=(None, 0, 0, None))(X, W, mu, psi)
+    lp, completed, z = jax.vmap(partial(masked_log_predictive, with_latent_mean=True),
+                                in_axes=(None, 0, 0, None))(X, W, mu, psi)
     joint = jnp.log(pi / pi.sum())[:, None] + lp  # (J, N)
     total = jax.scipy.special.logsumexp(joint, axis=0)
     resp = jnp.exp(joint - total)  # (J, N)
-    return total, jnp.einsum("jn,jnd->nd", resp, completed)
+    return total, jnp.einsum("jn,jnd->nd", resp, completed), resp.T, jnp.swapaxes(z, 0, 1)
 
 
 def mfa_predict(idata, X_new, run=None):
     """New rows under each stored draw: ``log_lik`` (chains, draws, M) of each row's observed
     entries under the mixture, ``X_completed`` (chains, draws, M, D) with missing entries at the
-    mixture's conditional mean."""
+    mixture's conditional mean, and ``latents``: ``{"c": p(c_n = j | x_n) (chains, draws, M, J),
+    "z": E[z_n | c_n = j, x_n] (chains, draws, M, J, K)}``."""
     from latentzoo.predict import per_draw
 
-    ll, completed = per_draw(_mfa_row_predictive, idata, X_new, ("pi", "W", "mu", "psi"))
-    return {"log_lik": ll, "X_completed": completed}
+    ll, completed, resp, z = per_draw(_mfa_row_predictive, idata, X_new, ("pi", "W", "mu", "psi"))
+    return {"log_lik": ll, "X_completed": completed, "latents": {"c": resp, "z": z}}
 
 
 def mixture_summaries(pi, W, mu, psi) -> dict:

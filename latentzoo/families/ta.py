@@ -215,6 +215,8 @@ def _ta_predict(draws, X_new, run, *, mixture: bool):
     by annealed importance sampling per row (:func:`latentzoo.inference.ais.ais`, ``per_row``:
     :data:`AIS_CHAINS` chains over :data:`AIS_TEMPS` temperatures, the fit's own Gibbs table on
     the per-row latents: the groups z_j and, for MTA, the label c), with its standard error.
+    The same chains, weighted by their importance weights, give each row's posterior mean of
+    the latents under the draw: E[z_j | x_n] and, for MTA, p(c_n = c | x_n).
 
     Missing entries (NaN) are left out: with diagonal noise the density of a row's observed
     entries is the model's with those columns removed, which AIS computes in the same compiled
@@ -223,8 +225,9 @@ def _ta_predict(draws, X_new, run, *, mixture: bool):
     by its conditional mean given the row's observed entries and the draw: the AIS chains' final
     latents, weighted by their importance weights, through the model's mean of x.
 
-    Returns ``{"log_lik", "log_lik_stderr": (chains, P, M), "draw_index": (P,)}`` and, with
-    missing entries, ``"X_completed"`` (chains, P, M, D)."""
+    Returns ``{"log_lik", "log_lik_stderr": (chains, P, M), "draw_index": (P,), "latents":
+    {"z_j": (chains, P, M, d_j), "c": (chains, P, M, C) (MTA)}}`` and, with missing entries,
+    ``"X_completed"`` (chains, P, M, D)."""
     from latentzoo.inference.ais import ais
     from latentzoo.inference.ta import mta_updates, ta_updates
 
@@ -248,6 +251,9 @@ def _ta_predict(draws, X_new, run, *, mixture: bool):
     ll = np.empty((chains, len(index), M))
     se = np.empty_like(ll)
     completed = np.empty((chains, len(index), M, D)) if any_missing else None
+    C = int(values["pi"].shape[-1]) if mixture else 0
+    latent_means = {name: np.empty((chains, len(index), M, size))
+                    for name, size in zip(latent, (C, *d) if mixture else d)}
     mean_of = jax.jit(jax.vmap(jax.vmap(lambda v, x: _data_mean(model, v, x[None], kwargs)[0],
                                         in_axes=(0, None))))
     key = jax.random.PRNGKey(0)
@@ -261,18 +267,23 @@ def _ta_predict(draws, X_new, run, *, mixture: bool):
                 row_params = {"Psi": jnp.where(mask, MISSING_VARIANCE, params["Psi"][None])}
             r = ais(model, table, X, params, kwargs, latent_sites=latent, per_row=True,
                     num_chains=AIS_CHAINS, num_temps=AIS_TEMPS, rng_key=k,
-                    row_params=row_params, return_latents=any_missing)
+                    row_params=row_params, return_latents=True)
             ll[c, i] = np.asarray(r.log_marginal) + 0.5 * np.log(2 * np.pi * MISSING_VARIANCE) * missing.sum(1)
             se[c, i] = np.asarray(r.stderr)
+            w = np.exp(np.asarray(r.log_weights) - np.asarray(r.log_weights).max(1, keepdims=True))
+            w /= w.sum(1, keepdims=True)  # (M, A): each row's self-normalised weights
+            for name, v in r.latents.items():
+                v = np.asarray(v)[:, :, 0]  # (M, A, ...): one-row data sets
+                if name == "c":
+                    v = np.eye(C)[v.astype(int)]
+                latent_means[name][c, i] = np.einsum("ma,ma...->m...", w, v)
             if any_missing:
                 # every row's chains: its final latents (M, A, 1, ...) with the row's parameters
                 per_row = {**{s: jnp.broadcast_to(p, (M, AIS_CHAINS, *p.shape)) for s, p in params.items()},
                            **r.latents}
                 means = np.asarray(mean_of(per_row, X))  # (M, A, D)
-                w = np.exp(np.asarray(r.log_weights) - np.asarray(r.log_weights).max(1, keepdims=True))
-                w /= w.sum(1, keepdims=True)
                 completed[c, i] = np.where(missing, np.einsum("ma,mad->md", w, means), X_new)
-    out = {"log_lik": ll, "log_lik_stderr": se, "draw_index": index}
+    out = {"log_lik": ll, "log_lik_stderr": se, "draw_index": index, "latents": latent_means}
     if any_missing:
         out["X_completed"] = completed
     return out

@@ -118,3 +118,55 @@ def test_missing_entries_are_left_out_of_the_density_and_imputed(rows, capsys):
         np.testing.assert_allclose(completed[:, n, missing].mean(0), oracle, atol=0.2)
     table = pd.read_csv(out / "predictions.csv")
     assert np.isfinite(table.filter(like="x").to_numpy()).all()
+
+
+def test_each_rows_latent_groups_get_their_posterior_mean(rows, capsys):
+    """``z_j_mean`` (per draw, in the predictions group) is E[z_j | x_n, draw] from the AIS
+    chains' importance-weighted final latents: checked against importance sampling from the
+    groups' prior (2e5 draws per posterior draw), averaged over the run's draws. The linear term
+    W y breaks the groups' joint sign symmetry, so the means are not 0 by symmetry (|mean| up to
+    about 1 here). 8 AIS chains per row and draw: per-draw errors about 0.1-0.3, and over 20 draws
+    the averages agreed within 0.1 (measured); tolerance 0.25, which the prior mean 0 misses
+    (asserted). Dropping the weights is not a control: AIS ends with Gibbs steps at the
+    posterior, so the plain mean of the chains' final latents is consistent too (it passes).
+    The table's ``z_j_mean_k`` columns average the first chain's draws."""
+    root, X_new = rows
+    run, out = root / "run-ta", root / "pred-ta-latents"
+    if not run.exists():
+        assert main(["run", "ta", *SMALL, "--data", str(root / "train.npy"), "--out", str(run)]) == 0
+    assert main(["predict", str(run), "--data", str(root / "new.npy"), "--out", str(out)]) == 0
+    pred = azx.load(str(out / "predictions.nc"))
+    flat, ll, _ = _per_draw(pred, ("W", "T", "mu", "Psi"))
+    z1 = np.asarray(pred.predictions["z_1_mean"])
+    assert z1.shape[-2:] == (X_new.shape[0], 2)
+    z1 = z1.reshape(-1, *z1.shape[2:])
+    rng = np.random.default_rng(1)
+    oracle = []
+    for s in range(ll.shape[0]):
+        W, T, mu, Psi = (flat[k][s] for k in ("W", "T", "mu", "Psi"))
+        z = [rng.normal(size=(200_000, 2)), rng.normal(size=(200_000, 2))]
+        e = np.asarray(ta_mean(W, T, mu, [jnp.asarray(v) for v in z]))
+        lw = -0.5 * (((X_new[:, None, :] - e[None]) ** 2) / Psi).sum(-1)  # (M, draws)
+        w = np.exp(lw - lw.max(1, keepdims=True))
+        oracle.append((w @ z[0]) / w.sum(1, keepdims=True))
+    oracle = np.mean(oracle, 0)
+    assert np.abs(oracle).max() > 0.3  # a test the prior mean would fail
+    np.testing.assert_allclose(z1.mean(0), oracle, atol=0.25)
+    table = pd.read_csv(out / "predictions.csv")
+    chain0 = np.asarray(pred.predictions["z_1_mean"])[0].mean(0)
+    np.testing.assert_allclose(table[["z_1_mean_0", "z_1_mean_1"]].to_numpy(), chain0, rtol=1e-9)
+
+
+def test_mta_rows_get_their_component_probabilities(rows, capsys):
+    """MTA adds ``c_mean`` (per draw: p(c_n = c | x_n) from the weighted AIS chains' labels):
+    a probability vector per row and draw."""
+    root, X_new = rows
+    run, out = root / "run-mta", root / "pred-mta-latents"
+    if not run.exists():
+        assert main(["run", "mta", *SMALL, "--data", str(root / "train.npy"), "--out", str(run)]) == 0
+    assert main(["predict", str(run), "--data", str(root / "new.npy"), "--out", str(out)]) == 0
+    pred = azx.load(str(out / "predictions.nc"))
+    c = np.asarray(pred.predictions["c_mean"])
+    C = int(pred.posterior["pi"].shape[-1])
+    assert c.shape[-2:] == (X_new.shape[0], C) and (c >= 0).all()
+    np.testing.assert_allclose(c.sum(-1), 1.0, rtol=1e-9)
