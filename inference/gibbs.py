@@ -7,9 +7,15 @@ and makes a :class:`GibbsPlan`:
 
 - each update whose ``requires`` families match the model's sites is used, in table order; the
   first update that claims a site owns it;
+- a latent site that no applicable update covers is offered to the conjugacy detector
+  (:mod:`latentzoo.inference.conjugacy`; ``derive=False`` turns this off): when it finds the
+  site's full conditional in closed form from the model's trace (a Normal mean, a Gamma
+  precision, a Beta probability, ...), that derived update samples the site, after the table's
+  updates; the plan names the conjugate pair, or keeps the detector's reason for the next step;
 - a latent site that no applicable update covers (because a user changed its prior family, say)
-  is sampled generically through NumPyro's composite :class:`numpyro.infer.Gibbs`: NUTS for
-  continuous sites, :class:`~numpyro.infer.DiscreteGibbs` for discrete ones. The kernel warns once
+  and that the detector does not derive is sampled generically through NumPyro's composite
+  :class:`numpyro.infer.Gibbs`: NUTS for continuous sites, :class:`~numpyro.infer.DiscreteGibbs`
+  for discrete ones. The kernel warns once
   (:class:`ConjugacyFallbackWarning`), naming those sites and the update that no longer applies;
   sites the table has no update for by design get a :class:`GenericKernelNote` instead. Both
   point at the user's line, not NumPyro's. Inference stays correct; only speed changes;
@@ -20,8 +26,11 @@ and makes a :class:`GibbsPlan`:
 When every site has an update, a sweep is one pure, jit-friendly function of
 ``(state, data)``: each update re-traces the model at the current values to read its priors'
 hyperparameters, so editing a hyperparameter in the model file changes the draws without touching
-the kernel. The kernel holds no data: ``MCMC.run(key, X, K=3)`` passes it, so one kernel object
-serves many data sets (the Geweke and SBC checks rely on this).
+the kernel. An update whose ``conditional`` has a ``bind_model(model, model_args, model_kwargs)``
+method (a derived one, which re-traces the whole model) is bound to the sweep's model and
+arguments before it runs (:func:`bind_update`). The kernel holds no data:
+``MCMC.run(key, X, K=3)`` passes it, so one kernel object serves many data sets (the Geweke and
+SBC checks rely on this).
 
 Chain methods: "sequential", "parallel" and (when no fallback is needed) "vectorized".
 """
@@ -29,7 +38,7 @@ Chain methods: "sequential", "parallel" and (when no fallback is needed) "vector
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -75,6 +84,8 @@ __all__ = [
     "init_vectorized",
     "observed_log_likelihood",
     "sweep_values",
+    "bind_update",
+    "default_deriver",
 ]
 
 
@@ -139,11 +150,30 @@ def potential_energy(model, values, model_args, model_kwargs):
     return -log_density(model, model_args, model_kwargs, values)[0]
 
 
+def bind_update(update, model, model_args, model_kwargs):
+    """``update`` bound to this model and these arguments when its conditional re-traces the
+    model (it has ``bind_model``: a derived update); any other update unchanged."""
+    bind = getattr(getattr(update, "conditional", None), "bind_model", None)
+    if bind is None:
+        return update
+    return bind(model, model_args, model_kwargs)
+
+
+def default_deriver():
+    """The conjugacy detector's builder hook,
+    :func:`latentzoo.inference.conjugacy.derive_site` (imported when first needed: tracing
+    machinery a table that covers every site never uses)."""
+    from latentzoo.inference.conjugacy import derive_site
+
+    return derive_site
+
+
 def sweep_values(model, updates, values, keys, model_args, model_kwargs) -> dict:
     """The values after one pass over the updates, update i drawn with ``keys[i]``; no density
     is evaluated at the end (:func:`sweep` adds it)."""
     values = dict(values)
     for u, k in zip(updates, keys):
+        u = bind_update(u, model, model_args, model_kwargs)
         priors, obs, _ = read_model(model, values, model_args, model_kwargs)
         values.update(u.sample(k, values, obs, priors))
     return values
@@ -219,7 +249,8 @@ class _UpdateBlock(MCMCKernel):
         priors, obs, _ = read_model(self._model, state.z, model_args, model_kwargs)
         obs = {k: v for k, v in obs.items() if k not in siblings}
         rng_key, key = jax.random.split(state.rng_key)
-        new = self._update.sample(key, values, obs, priors)
+        update = bind_update(self._update, self._model, model_args, model_kwargs)
+        new = update.sample(key, values, obs, priors)
         return CustomGibbsState({k: jnp.asarray(v) for k, v in new.items()}, rng_key)
 
     def refresh(self, state, model_args, model_kwargs):
@@ -241,6 +272,11 @@ class ConjugateGibbs(MCMCKernel):
         model: a NumPyro model, called as ``model(*model_args, **model_kwargs)``.
         updates: the update table, in sweep order (see :mod:`latentzoo.inference.updates`).
         nuts_kwargs: keyword arguments for the NUTS block used for sites without an update.
+        derive: for latent sites no update covers, ask the conjugacy detector
+            (:mod:`latentzoo.inference.conjugacy`) for a derived conditional before falling back
+            to NUTS / DiscreteGibbs. True (default): the detector; False: never (the behaviour
+            before the detector existed); or a deriver of one's own,
+            ``derive(model, model_args, model_kwargs, site) -> (update | None, pair or reason)``.
 
     Example::
 
@@ -253,10 +289,12 @@ class ConjugateGibbs(MCMCKernel):
     sample_field = "z"
     default_fields = ("z", "potential_energy", "diverging")
 
-    def __init__(self, model, updates: Sequence[GibbsUpdate | Move], *, nuts_kwargs=None):
+    def __init__(self, model, updates: Sequence[GibbsUpdate | Move], *, nuts_kwargs=None,
+                 derive: bool | Callable = True):
         self._model = model
         self._updates = tuple(updates)
         self._nuts_kwargs = dict(nuts_kwargs or {})
+        self._derive = derive
         self._plan: GibbsPlan | None = None
         self._composite: Gibbs | None = None
         self._vectorized = False
@@ -272,9 +310,15 @@ class ConjugateGibbs(MCMCKernel):
     def updates(self) -> tuple[GibbsUpdate | Move, ...]:
         return self._updates
 
+    def _deriver(self):
+        if self._derive is True:
+            return default_deriver()
+        return self._derive or None
+
     def plan(self, *model_args, **model_kwargs) -> GibbsPlan:
         """The plan this kernel would use on these model arguments (no state is changed)."""
-        return make_plan(self._model, self._updates, model_args, model_kwargs)
+        return make_plan(self._model, self._updates, model_args, model_kwargs,
+                         derive=self._deriver())
 
     @property
     def last_plan(self) -> GibbsPlan | None:
@@ -286,7 +330,8 @@ class ConjugateGibbs(MCMCKernel):
         model_kwargs = {} if model_kwargs is None else dict(model_kwargs)
         if not is_prng_key(rng_key):
             # chain_method="vectorized": a batch of keys
-            plan = make_plan(self._model, self._updates, model_args, model_kwargs)
+            plan = make_plan(self._model, self._updates, model_args, model_kwargs,
+                             derive=self._deriver())
             if plan.fallback:
                 raise ValueError(
                     f"chain_method='vectorized' is not available when sites {list(plan.fallback)} "
@@ -300,7 +345,8 @@ class ConjugateGibbs(MCMCKernel):
 
     def _init_one(self, rng_key, num_warmup, init_params, model_args, model_kwargs):
         key_plan, key_init, rng_key = jax.random.split(rng_key, 3)
-        plan = make_plan(self._model, self._updates, model_args, model_kwargs, key_plan)
+        plan = make_plan(self._model, self._updates, model_args, model_kwargs, key_plan,
+                         derive=self._deriver())
         self._plan = plan
         for message, category in fallback_warnings(plan):
             if message not in self._warned:

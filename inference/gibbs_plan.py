@@ -11,6 +11,12 @@ for one of two reasons that the plan records and the warnings keep apart:
 - the table has no update for the site at all, by design (NOCA's table covers ``s`` and ``pi``
   and leaves ``theta``, ``theta0`` to NUTS): :class:`GenericKernelNote`, a
   subclass that says nothing was changed (the CLI does not show it).
+
+Before either, :func:`make_plan` can ask a *deriver* (``derive``; the builder's default is
+:func:`latentzoo.inference.conjugacy.derive_site`) for each uncovered site: a site whose full
+conditional the deriver finds in closed form from the model's trace gets that derived update
+(after the table's updates in the sweep); for the others the plan keeps the deriver's reason,
+and ``print(plan)`` shows it beside the generic kernel.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import os
 import sys
 import warnings
+from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
@@ -31,9 +38,14 @@ __all__ = [
     "GibbsPlan",
     "make_plan",
     "warn_at_caller",
+    "Deriver",
 ]
 
 NO_UPDATE = "no update in the table writes it"
+
+Deriver = Callable[..., tuple]
+"""``derive(model, model_args, model_kwargs, site) -> (update, pair)`` for a site with a derived
+conjugate conditional, ``(None, reason)`` otherwise (the reason is one clause)."""
 
 
 class ConjugacyFallbackWarning(UserWarning):
@@ -98,8 +110,13 @@ class GibbsPlan(NamedTuple):
         observed: names of the observed sample sites (the data).
         fallback_reasons: ``(site, reason)`` for each fallback site: why no update covers it
             (:data:`NO_UPDATE` when the table has none for it by design).
+        derived: ``(site, pair)`` for each site whose update was derived from the model's trace
+            (the deriver's name of the conjugate pair).
+        not_derived: ``(site, reason)``: why the deriver found no conjugate conditional for a
+            fallback site (empty when the plan was made without a deriver).
 
-    ``print(plan)`` shows it as a table.
+    ``print(plan)`` shows it as a table; :meth:`site_kinds` says, per latent site, how it is
+    sampled.
     """
 
     updates: tuple[GibbsUpdate | Move, ...]
@@ -108,6 +125,8 @@ class GibbsPlan(NamedTuple):
     dropped: tuple[tuple[str, str], ...]
     observed: tuple[str, ...]
     fallback_reasons: tuple[tuple[str, str], ...] = ()
+    derived: tuple[tuple[str, str], ...] = ()
+    not_derived: tuple[tuple[str, str], ...] = ()
 
     @property
     def fallback(self) -> tuple[str, ...]:
@@ -130,16 +149,38 @@ class GibbsPlan(NamedTuple):
     def kernel_of(self, site: str) -> str:
         return "DiscreteGibbs" if site in self.fallback_discrete else "NUTS"
 
+    def site_kinds(self) -> dict[str, tuple[str, str]]:
+        """``{site: (how, detail)}`` for every latent site: ``("hand-written", update name)``,
+        ``("derived", pair)``, or ``("NUTS" | "DiscreteGibbs", why no update covers it, with the
+        deriver's reason when one was asked)``."""
+        derived = dict(self.derived)
+        out: dict[str, tuple[str, str]] = {}
+        for u in self.updates:
+            if isinstance(u, GibbsUpdate):
+                for s in u.sites:
+                    out[s] = ("derived", derived[s]) if s in derived else ("hand-written", u.name)
+        why, detector = dict(self.fallback_reasons), dict(self.not_derived)
+        for s in self.fallback:
+            text = why.get(s, "")
+            if s in detector:
+                text = f"{text}; not conjugate: {detector[s]}" if text else f"not conjugate: {detector[s]}"
+            out[s] = (self.kernel_of(s), text)
+        return out
+
     def __repr__(self) -> str:
+        derived_sites = {s for s, _ in self.derived}
         rows = [("hand-derived (sweep order)", "", "")]
         for u in self.updates:
-            kind = "move" if isinstance(u, Move) else "conditional"
+            if isinstance(u, GibbsUpdate) and set(u.sites) <= derived_sites:
+                kind = "derived conditional"  # its name holds the pair
+            else:
+                kind = "move" if isinstance(u, Move) else "conditional"
             rows.append((f"  {u.name}", ", ".join(u.sites), kind))
         if self.fallback:
             rows.append(("generic kernels", "", ""))
-            why = dict(self.fallback_reasons)
+            kinds = self.site_kinds()
             for s in self.fallback:
-                rows.append((f"  {self.kernel_of(s)}", s, why.get(s, "")))
+                rows.append((f"  {self.kernel_of(s)}", s, kinds[s][1]))
         if self.dropped:
             rows.append(("not used", "", ""))
             rows.extend((f"  {name}", "", reason) for name, reason in self.dropped)
@@ -154,14 +195,23 @@ class GibbsPlan(NamedTuple):
     def markdown(self, data_sites=()) -> str:
         """The plan as a Markdown table (update, sites, how), for the docs' move lists, which
         ``tests/models/test_plan_docs.py`` keeps equal to this. ``data_sites``: sites that are
-        data in a run (observed there, latent in a prior simulation), left out."""
+        data in a run (observed there, latent in a prior simulation), left out (whether a
+        generic kernel or a derived conditional samples them in the simulation)."""
         def cell(text):
             return str(text).replace("|", "\\|")
 
         rows = ["| update | sites | how |", "|---|---|---|"]
+        pairs = dict(self.derived)
         for u in self.updates:
-            rows.append(f"| {cell(u.name)} | {', '.join(u.sites)} | "
-                        f"{'move' if isinstance(u, Move) else 'exact conditional'} |")
+            if isinstance(u, Move):
+                how = "move"
+            elif all(s in pairs for s in u.sites):
+                if set(u.sites) <= set(data_sites):  # a data site drawn from its own law
+                    continue
+                how = "derived conditional: " + cell(", ".join(pairs[s] for s in u.sites))
+            else:
+                how = "exact conditional"
+            rows.append(f"| {cell(u.name)} | {', '.join(u.sites)} | {how} |")
         why = dict(self.fallback_reasons)
         for s in self.fallback:
             if s not in data_sites:
@@ -171,8 +221,11 @@ class GibbsPlan(NamedTuple):
         return "\n".join(rows)
 
 
-def make_plan(model, updates, model_args, model_kwargs, rng_key=None) -> GibbsPlan:
-    """Match the update table against the model traced on this data."""
+def make_plan(model, updates, model_args, model_kwargs, rng_key=None,
+              derive: Deriver | None = None) -> GibbsPlan:
+    """Match the update table against the model traced on this data; with ``derive`` (a
+    :data:`Deriver`), ask it for each latent site no applicable update covers before leaving
+    the site to a generic kernel."""
     rng_key = jax.random.PRNGKey(0) if rng_key is None else rng_key
     tr = prototype_trace(model, rng_key, model_args, model_kwargs)
     latent = latent_sample_sites(tr)
@@ -211,6 +264,17 @@ def make_plan(model, updates, model_args, model_kwargs, rng_key=None) -> GibbsPl
         covered |= set(u.sites)
         chosen.append(u)
     rest = [s for s in latent if s not in covered]
+    derived, not_derived = [], []
+    if derive is not None:
+        for s in rest:
+            update, text = derive(model, model_args, model_kwargs, s)
+            if update is None:
+                not_derived.append((s, text))
+            else:
+                chosen.append(update)
+                derived.append((s, text))
+                covered.add(s)
+        rest = [s for s in rest if s not in covered]
     discrete = tuple(s for s in rest if tr[s]["fn"].has_enumerate_support)
     continuous = tuple(s for s in rest if s not in discrete)
     # A move is exact under the model's own density whoever samples its sites (its `requires`
@@ -223,7 +287,8 @@ def make_plan(model, updates, model_args, model_kwargs, rng_key=None) -> GibbsPl
         else:
             final.append(u)
     reasons = tuple((s, lost.get(s, NO_UPDATE)) for s in (*continuous, *discrete))
-    return GibbsPlan(tuple(final), continuous, discrete, tuple(dropped), observed, reasons)
+    return GibbsPlan(tuple(final), continuous, discrete, tuple(dropped), observed, reasons,
+                     tuple(derived), tuple(not_derived))
 
 
 def fallback_warnings(plan: GibbsPlan) -> list[tuple[str, type[Warning]]]:
@@ -232,7 +297,11 @@ def fallback_warnings(plan: GibbsPlan) -> list[tuple[str, type[Warning]]]:
     swapped, by_design = plan.swapped, plan.by_design
     if swapped:
         why = dict(plan.fallback_reasons)
-        parts = "; ".join(f"{s} ({plan.kernel_of(s)}): {why[s]}" for s in swapped)
+        detector = dict(plan.not_derived)
+        parts = "; ".join(
+            f"{s} ({plan.kernel_of(s)}): {why[s]}"
+            + (f" (nor is it conjugate: {detector[s]})" if s in detector else "")
+            for s in swapped)
         out.append((
             f"No hand-derived update applies to {parts}. These sites are sampled generically "
             "through numpyro.infer.Gibbs; inference stays correct, only slower.",
