@@ -44,7 +44,6 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 from numpyro.distributions.transforms import biject_to
-from numpyro.handlers import seed, substitute, trace
 from numpyro.infer import NUTS, DiscreteGibbs, Gibbs
 from numpyro.infer.gibbs import (
     GIBBS_SITES_KWARG,
@@ -59,9 +58,9 @@ from numpyro.infer.util import log_density
 from numpyro.util import is_prng_key
 
 
-from latentzoo.models.tables import DATA_TABLE
 
 from .gibbs_plan import (
+    read_model,
     ConjugacyFallbackWarning,
     GenericKernelNote,
     GibbsPlan,
@@ -122,27 +121,6 @@ class CompositeState(NamedTuple):
     potential_energy: jax.Array
     diverging: jax.Array
     rng_key: jax.Array
-
-
-def read_model(model, values, model_args, model_kwargs):
-    """Trace ``model`` with ``values`` substituted; return ``(priors, obs, trace)``.
-
-    ``priors`` maps every sample site to its distribution at these values (the hyperparameters a
-    conjugate update reads), ``obs`` maps observed sites to their data and holds the model's data
-    tables (:func:`latentzoo.models.tables.data_table`: labels, rank pairs), which reach the
-    updates this way as arguments of the compiled program rather than as closed-over constants.
-    """
-    tr = trace(substitute(seed(model, jax.random.PRNGKey(0)), data=values)).get_trace(
-        *model_args, **model_kwargs
-    )
-    priors = {n: s["fn"] for n, s in tr.items() if s["type"] == "sample"}
-    obs = {
-        n: s["value"]
-        for n, s in tr.items()
-        if s["type"] == "sample" and s["is_observed"] and n not in values
-    }
-    obs.update({n: s["value"] for n, s in tr.items() if s["type"] == DATA_TABLE})
-    return priors, obs, tr
 
 
 def potential_energy(model, values, model_args, model_kwargs):

@@ -28,11 +28,16 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
+from numpyro.handlers import seed, substitute, trace
 from numpyro.infer.gibbs import latent_sample_sites, prototype_trace
+
+from latentzoo.models.tables import DATA_TABLE
 
 from .updates import GibbsUpdate, Move, unwrap
 
 __all__ = [
+    "read_model",
+    "missing_reads",
     "ConjugacyFallbackWarning",
     "GenericKernelNote",
     "GibbsPlan",
@@ -221,6 +226,55 @@ class GibbsPlan(NamedTuple):
         return "\n".join(rows)
 
 
+def read_model(model, values, model_args, model_kwargs):
+    """Trace ``model`` with ``values`` substituted; return ``(priors, obs, trace)``.
+
+    ``priors`` maps every sample site to its distribution at these values (the hyperparameters a
+    conjugate update reads), ``obs`` maps observed sites to their data and holds the model's data
+    tables (:func:`latentzoo.models.tables.data_table`: labels, rank pairs), which reach the
+    updates this way as arguments of the compiled program rather than as closed-over constants.
+    """
+    tr = trace(substitute(seed(model, jax.random.PRNGKey(0)), data=values)).get_trace(
+        *model_args, **model_kwargs
+    )
+    priors = {n: s["fn"] for n, s in tr.items() if s["type"] == "sample"}
+    obs = {
+        n: s["value"]
+        for n, s in tr.items()
+        if s["type"] == "sample" and s["is_observed"] and n not in values
+    }
+    obs.update({n: s["value"] for n, s in tr.items() if s["type"] == DATA_TABLE})
+    return priors, obs, tr
+
+
+class _MissingReads(dict):
+    """A dict that records the keys looked up with ``[]`` that it does not hold."""
+
+    def __init__(self, *args, missing):
+        super().__init__(*args)
+        self.missing = missing
+
+    def __getitem__(self, key):
+        if key not in self:
+            self.missing.add(key)
+        return super().__getitem__(key)
+
+
+def missing_reads(update, model, values, model_args, model_kwargs) -> list[str]:
+    """The names ``update`` looks up in the values, data or priors of this model that the model
+    does not have (a site a prior swap removed or renamed), found by tracing one draw abstractly
+    (``jax.eval_shape``: nothing is computed)."""
+    priors, obs, _ = read_model(model, values, model_args, model_kwargs)
+    missing: set = set()
+    args = (_MissingReads(values, missing=missing), _MissingReads(obs, missing=missing),
+            _MissingReads(priors, missing=missing))
+    try:
+        jax.eval_shape(lambda key: update.sample(key, *args), jax.random.PRNGKey(0))
+    except KeyError:
+        pass
+    return sorted(map(str, missing))
+
+
 def make_plan(model, updates, model_args, model_kwargs, rng_key=None,
               derive: Deriver | None = None) -> GibbsPlan:
     """Match the update table against the model traced on this data; with ``derive`` (a
@@ -264,6 +318,22 @@ def make_plan(model, updates, model_args, model_kwargs, rng_key=None,
         covered |= set(u.sites)
         chosen.append(u)
     rest = [s for s in latent if s not in covered]
+    if rest or dropped:  # the model is not the one the table was written for: check what it reads
+        values = {s: tr[s]["value"] for s in latent}
+        kept = []
+        for u in chosen:
+            absent = missing_reads(u, model, values, model_args, model_kwargs)
+            if not absent:
+                kept.append(u)
+                continue
+            why = f"it reads {absent}, which the model does not have"
+            dropped.append((u.name, why))
+            if isinstance(u, GibbsUpdate):
+                covered -= set(u.sites)
+                for s in u.sites:
+                    lost.setdefault(s, f"update {u.name!r} does not apply: {why}")
+        chosen = kept
+        rest = [s for s in latent if s not in covered]
     derived, not_derived = [], []
     if derive is not None:
         for s in rest:
