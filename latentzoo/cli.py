@@ -81,6 +81,12 @@ def _build_parser() -> argparse.ArgumentParser:
                         "tempered form); default 1: plain Gibbs")
     r.add_argument("--min-beta", type=float, default=0.01, metavar="B",
                    help="the hottest copy's inverse temperature with --replicas, in (0, 1) (default 0.01)")
+    r.add_argument("--distributed", action="store_true",
+                   help="run a Gibbs method with the rows split over every device (one process), "
+                        "or over the processes of LATENTZOO_COORDINATOR / LATENTZOO_NUM_PROCESSES / "
+                        "LATENTZOO_PROCESS_ID, each keeping its block of --data's rows (or reading "
+                        "its own file: --data 'part{process}.npy'); process 0 writes --out. "
+                        "fa, mfa and cvq; no --replicas, --resume or checkpoints")
     r.add_argument("--standardize", action="store_true", help="centre and scale each column first")
     r.add_argument("--chunk-size", type=int, default=1000, help="rows per chunk (streaming methods)")
     r.add_argument("--no-progress", action="store_true", help="hide progress bars")
@@ -243,6 +249,12 @@ def release_interrupted_frames(err: BaseException) -> None:
 
 
 def main(argv=None) -> int:
+    if "--distributed" in (sys.argv[1:] if argv is None else list(argv)):
+        # before anything else: importing the families may already run JAX computations
+        try:
+            _join_processes()
+        except (ValueError, RuntimeError) as err:
+            return fail(str(err))
     args = _build_parser().parse_args(argv)
     try:
         with interrupt_on_signals() as guard:
@@ -260,10 +272,30 @@ def main(argv=None) -> int:
             return _interrupted(stop, args)
         if os.environ.get("LATENTZOO_DEBUG") or not isinstance(err, (ValueError, FloatingPointError)):
             raise
+        if _collective_failure(err):  # found alike by every process: process 0 says it, all leave
+            return 2
         if isinstance(err, FloatingPointError):  # a fit that diverged: the data, not the program
             return fail(f"{str(err).rstrip('.')}; nothing was written. Constant columns or a very "
                         "large scale are the usual cause: drop them or try --standardize.")
         return fail(str(err))
+
+
+def _collective_failure(err) -> bool:
+    """For bad input that every process of a multi-process ``--distributed`` run found alike
+    (:class:`~latentzoo.inference.distributed.CollectiveValueError`): print the sentence on
+    process 0 only, let the processes leave together (process 0 last) and return True."""
+    if "jax" not in sys.modules:
+        return False
+    import jax
+
+    from latentzoo.inference.distributed import CollectiveValueError, leave_together
+
+    if not isinstance(err, CollectiveValueError) or not jax.distributed.is_initialized():
+        return False
+    if jax.process_index() == 0:
+        fail(str(err))
+    leave_together()
+    return True
 
 
 def _interrupt_in(err):
@@ -353,7 +385,7 @@ def _config(args, family):
     if args.replicas > 1 and not 0.0 < args.min_beta < 1.0:
         raise ValueError(f"--min-beta must lie strictly between 0 and 1, got {args.min_beta}.")
     return RunConfig(
-        replicas=args.replicas, min_beta=args.min_beta,
+        replicas=args.replicas, min_beta=args.min_beta, distributed=args.distributed,
         K=K, J=args.J, seed=args.seed, sweeps=args.sweeps, restarts=args.restarts,
         quick=args.quick, progress=not args.no_progress, chunk_size=args.chunk_size,
         data_path=args.data, standardize=args.standardize, checkpoint_every=args.checkpoint_every,
@@ -410,9 +442,10 @@ def _check_out(out: str) -> None:
         raise ValueError(f"--out {out} is not writable.")
 
 
-def load_data(args, family, cfg):
+def load_data(args, family, cfg, raw=None):
     """The run's data from ``args.data`` (or the family's embedded data), validated and, with
-    ``args.standardize``, standardised; a note on stderr for data far from unit scale."""
+    ``args.standardize``, standardised; a note on stderr for data far from unit scale.
+    ``raw``: the data already read (a ``--distributed`` run's gathered rows) instead."""
     from latentzoo.inference.validation import ScaleError
 
     kind = family.data_kind
@@ -425,6 +458,8 @@ def load_data(args, family, cfg):
         if not args.data:
             raise ValueError("--labels needs --data with the features (one row per label).")
         data = kind.load_with_labels(args.data, labels)
+    elif raw is not None:
+        data = raw
     else:
         data = kind.load(args.data) if args.data else family.default_data(args.seed)
     if args.standardize and kind.standardize is None:
@@ -648,6 +683,8 @@ def _cmd_run(args) -> int:
     if cfg.replicas > 1 and method.name != "gibbs":
         raise ValueError(f"--replicas runs replica exchange over a Gibbs sampler's table; "
                          f"{family.name} --method {method.name} is not one (use --method gibbs).")
+    if cfg.distributed:
+        _check_distributed(args, family, method, cfg)
     out = _out_folder(args)
     _check_out(out)
     edited = ignored_edits(family.model, method.ignores_priors)
@@ -665,9 +702,11 @@ def _cmd_run(args) -> int:
             raise ValueError(f"Data file {args.data} does not exist.")
         data = None
     else:
-        data = load_data(args, family, cfg)
+        data = _distributed_data(args, family, cfg) if cfg.distributed else load_data(args, family, cfg)
         _check_memory(data, cfg, method)
-    ck = None if method.streaming else os.path.join(out, CHECKPOINT)
+    # a row-sharded run keeps no checkpoint (and every process but 0 writes nothing)
+    ck = None if method.streaming or cfg.distributed else os.path.join(out, CHECKPOINT)
+    writer = not cfg.distributed or _process_index() == 0
     created = not os.path.isdir(out)
     if ck is not None:
         record = _run_record(args, family, method, cfg)
@@ -712,9 +751,13 @@ def _cmd_run(args) -> int:
         if cfg.options:  # the family's own settings travel with the posterior
             azx.set_posterior_attrs(idata, latentzoo_options=json.dumps(_plain_options(cfg),
                                                                         sort_keys=True))
-        table = write_run(out, idata, family=family, method=method, seconds=seconds,
-                          data_name=data_name,
-                          requested_draws=cfg.samples if method.kind == "draws" else None)
+        table = None
+        if writer:
+            table = write_run(out, idata, family=family, method=method, seconds=seconds,
+                              data_name=data_name,
+                              requested_draws=cfg.samples if method.kind == "draws" else None)
+        if cfg.distributed:  # every process stays until process 0 has written the run
+            _barrier("latentzoo run: written")
         getattr(args, "signals", None) and args.signals.disarm()  # the run's files are in place
     except KeyboardInterrupt:
         raise  # the checkpoint stays: --resume continues from it
@@ -729,8 +772,116 @@ def _cmd_run(args) -> int:
         raise
     if ck is not None:
         shutil.rmtree(ck, ignore_errors=True)
-    _convergence_warning(idata, table)
+    if writer:
+        _convergence_warning(idata, table)
     return 0
+
+
+# ------------------------------------------------------------------- run --distributed
+def _check_distributed(args, family, method, cfg) -> None:
+    """Refuse, in one sentence and before anything starts, what ``--distributed`` cannot run."""
+    from latentzoo.registry import families
+
+    if not method.distributed:
+        able = [f"{f.name} --method {m.name}" for f in families().values() for m in f.methods
+                if m.distributed and m.cli]
+        if method.kind != "draws" or method.name != "gibbs":
+            own = [m.name for m in family.methods if m.distributed and m.cli]
+            raise ValueError(
+                f"--distributed runs a Gibbs sampler's sweeps with the rows split over devices and "
+                f"processes; {family.name} --method {method.name} is not one"
+                + (f" (use --method {own[0]})." if own else f" (it runs {', '.join(able)}).")
+            )
+        raise ValueError(f"--distributed is not available for {family.name} --method {method.name}, "
+                         f"whose sweep has not been tested row-sharded; it runs {', '.join(able)}.")
+    if cfg.replicas > 1:
+        raise ValueError("--replicas and --distributed cannot be combined: replica exchange does "
+                         "not run row-sharded.")
+    if args.resume is not None or args.checkpoint_every is not None:
+        raise ValueError("--distributed keeps no checkpoint, so --resume and --checkpoint-every do "
+                         "not apply to it.")
+    if getattr(args, "labels", None):
+        raise ValueError("--labels does not apply with --distributed, which splits one data matrix's rows.")
+
+
+def _distributed_data(args, family, cfg):
+    """The data of a ``--distributed`` run, on every process.
+
+    Each process reads its own rows: with ``--data`` naming a pattern with ``{process}``, the
+    file of its process id (every file the same number of rows); otherwise its block
+    ``[p N / P, (p + 1) N / P)`` of the one file (or of the default data). A problem any process
+    meets is then every process's one sentence (:func:`~latentzoo.inference.distributed.exchange`);
+    the blocks are placed on the row mesh (which checks that the devices share them equally) and
+    gathered, since the run's start values, log-likelihood and written posterior need every row. Validated and standardised as
+    :func:`load_data` does."""
+    import numpy as np
+
+    from latentzoo.inference.distributed import (
+        CollectiveValueError,
+        exchange,
+        gather,
+        initialize_from_env,
+        read_process_env,
+        row_mesh,
+        shard_rows,
+    )
+
+    info = read_process_env()
+    P, p = info.num_processes, info.process_id
+    kind = family.data_kind
+
+    def block(whole):
+        n = int(kind.num_rows(whole))
+        if n % P:
+            raise ValueError(f"The data has {n} rows, which {P} processes cannot share equally; use a "
+                        f"row count divisible by {P}.")
+        m = n // P
+        return np.asarray(whole)[p * m : (p + 1) * m]
+
+    initialize_from_env()  # (main() has joined them already)
+    local, problem = None, None
+    try:
+        if args.data and "{process}" in args.data:
+            path = args.data.replace("{process}", str(p))
+            if not os.path.isfile(path):
+                raise ValueError(f"Data file {path} (process {p}'s part of --data {args.data}) "
+                                 "does not exist.")
+            local = np.asarray(kind.load(path))
+        else:
+            local = block(kind.load(args.data) if args.data else family.default_data(args.seed))
+    except ValueError as err:
+        problem = str(err)
+    # every process learns of any process's problem, so that all end alike (no one waits)
+    for q, said in enumerate(exchange(problem)):
+        if said:
+            raise CollectiveValueError(said if P == 1 or "processes cannot share" in said
+                                       else f"Process {q}: {said}")
+    rows = gather(shard_rows(local, row_mesh(), name="the data"))
+    return load_data(args, family, cfg, raw=rows)
+
+
+def _join_processes() -> None:
+    """Join the processes of a multi-process ``--distributed`` run (the LATENTZOO_* variables;
+    nothing for one process): :func:`~latentzoo.inference.distributed.initialize_from_env`."""
+    from latentzoo.inference.distributed import initialize_from_env, read_process_env
+
+    if read_process_env().num_processes > 1:
+        initialize_from_env()
+
+
+def _process_index() -> int:
+    import jax
+
+    return jax.process_index()
+
+
+def _barrier(name: str) -> None:
+    import jax
+
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(name)
 
 
 # -------------------------------------------------------------------------- diagnose
@@ -855,6 +1006,12 @@ def entry() -> None:
     run's state on disk is already what the sentence says (its checkpoint, or nothing).
     """
     code = main()
+    if code and "jax" in sys.modules and sys.modules["jax"].distributed.is_initialized():
+        # a failed multi-process run: JAX's shutdown barrier would wait for processes that may
+        # be gone (see latentzoo.inference.distributed.run_main)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
     if code > 128:
         sys.stdout.flush()
         sys.stderr.flush()

@@ -62,6 +62,9 @@ class RunConfig(NamedTuple):
     ``replicas``: more than 1 runs a Gibbs method as replica exchange over that many tempered
     copies of its table, the hottest at inverse temperature ``min_beta``
     (:class:`~latentzoo.inference.samplers.ReplicaExchange`).
+    ``distributed``: run a Gibbs method's chains (one after another) with the rows split over
+    every device of every process (:func:`latentzoo.runs.run_mcmc`; the CLI's ``--distributed``);
+    only for methods that declare :attr:`Method.distributed`.
     """
 
     K: int
@@ -83,6 +86,7 @@ class RunConfig(NamedTuple):
     options: Mapping[str, Any] = MappingProxyType({})
     replicas: int = 1
     min_beta: float = 0.01
+    distributed: bool = False
 
 
 class Option(NamedTuple):
@@ -120,6 +124,10 @@ class Method(NamedTuple):
         ignores_priors: sites whose prior the method does not read (a maximum-likelihood point
             fit); an edit of one in the model file is then reported, not silently ignored
             (:func:`latentzoo.priors.ignored_edits`).
+        distributed: True for a Gibbs method that runs with :attr:`RunConfig.distributed`: its
+            runner samples through :func:`latentzoo.runs.run_mcmc` with a kernel whose per-row
+            latents have a leading row axis, and its row-sharded run has been tested
+            (``latentzoo run --distributed`` refuses every other method).
     """
 
     name: str
@@ -128,6 +136,7 @@ class Method(NamedTuple):
     streaming: bool = False
     cli: bool = True
     ignores_priors: tuple[str, ...] = ()
+    distributed: bool = False
 
 
 class FamilyChecks(NamedTuple):

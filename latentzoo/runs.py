@@ -23,6 +23,7 @@ from latentzoo import arviz_plots as azp
 
 __all__ = [
     "run_mcmc",
+    "run_sharded_chains",
     "replica_exchange",
     "mcmc_idata",
     "point_idata",
@@ -72,6 +73,9 @@ def run_mcmc(kernel, cfg, *model_args, extra_fields=(), init_params=None, thinni
     draws are those of one uninterrupted run."""
     from numpyro.infer import MCMC
 
+    if getattr(cfg, "distributed", False):
+        return run_sharded_chains(kernel, cfg, *model_args, extra_fields=extra_fields,
+                                  init_params=init_params, thinning=thinning, **model_kwargs)
     if getattr(cfg, "replicas", 1) > 1:
         kernel = replica_exchange(kernel, cfg)
         extra_fields = (*extra_fields, "swap_accept_prob")
@@ -95,6 +99,60 @@ def run_mcmc(kernel, cfg, *model_args, extra_fields=(), init_params=None, thinni
                                  extra_fields=extra_fields, init_params=init_params)
     mcmc.run(jax.random.PRNGKey(cfg.seed), *model_args, extra_fields=tuple(extra_fields),
              init_params=init_params, **model_kwargs)
+    return mcmc
+
+
+def run_sharded_chains(kernel, cfg, *model_args, extra_fields=(), init_params=None, thinning=1,
+                       **model_kwargs):
+    """:func:`run_mcmc` with the rows split over every device of every process
+    (``cfg.distributed``): each chain is one
+    :func:`~latentzoo.inference.distributed.sharded_gibbs` run, the chains one after another,
+    chain c with the key ``MCMC`` gives it (``jax.random.split(PRNGKey(cfg.seed), cfg.chains)[c]``;
+    the seed's key itself for one chain) and ``init_params[c]``. The draws equal
+    :func:`run_mcmc`'s to the order of the additions in the sums over rows.
+
+    ``model_args`` are all the rows (the same on every process); each process places its own
+    block (:func:`~latentzoo.inference.distributed.local_rows`) on its devices. Returns an
+    ``MCMC`` object (never run) holding the gathered draws, the collected ``potential_energy`` and
+    ``diverging`` and the model's arguments, so that ``get_samples``, ``get_extra_fields`` and
+    :func:`mcmc_idata` read it as they read a finished run. No checkpoints, no progress bars,
+    no replica exchange."""
+    from numpyro.infer import MCMC
+
+    from latentzoo.inference.distributed import gather, local_rows, row_mesh, shard_rows, sharded_gibbs
+
+    if getattr(cfg, "replicas", 1) > 1:
+        raise ValueError("--replicas and --distributed cannot be combined: replica exchange does "
+                         "not run row-sharded.")
+    mesh = row_mesh()
+    data = tuple(shard_rows(local_rows(np.asarray(a)), mesh) for a in model_args)
+    field = getattr(kernel, "sample_field", "z")
+    stats = tuple(f for f in getattr(kernel, "default_fields", ()) if f != field)
+    fields = (*stats, *extra_fields)
+    # MCMC's collection: the first (samples % thinning) sweeps after warm-up are not kept
+    warmup = cfg.warmup + cfg.samples % thinning
+    kept = cfg.samples // thinning
+    key = jax.random.PRNGKey(cfg.seed)
+    keys = jax.random.split(key, cfg.chains) if cfg.chains > 1 else key[None]
+    if cfg.progress:
+        print(f"compiling the row-sharded sampler ({mesh.size} devices; chains {cfg.chains}, "
+              f"warm-up {cfg.warmup}, draws {cfg.samples}, one chain after another)",
+              file=sys.stderr, flush=True)
+    chains = []
+    for c in range(cfg.chains):
+        start = None if init_params is None or cfg.chains == 1 else \
+            jax.tree.map(lambda a, c=c: np.asarray(a)[c], init_params)
+        if cfg.chains == 1:
+            start = init_params
+        draws = sharded_gibbs(kernel, keys[c], *data, mesh=mesh, num_samples=kept, num_warmup=warmup,
+                              thinning=thinning, init_params=start, extra_fields=fields, **model_kwargs)
+        chains.append(gather({field: draws.samples, **(draws.extra or {})}))
+    states = jax.tree.map(lambda *per_chain: np.stack(per_chain), *chains)
+    mcmc = MCMC(kernel, num_warmup=cfg.warmup, num_samples=cfg.samples, num_chains=cfg.chains,
+                thinning=thinning, chain_method="sequential", progress_bar=False)
+    # what MCMC.run leaves behind, for get_samples / get_extra_fields / ArviZ's from_numpyro
+    mcmc._args, mcmc._kwargs = tuple(np.asarray(a) for a in model_args), dict(model_kwargs)
+    mcmc._states, mcmc._states_flat = states, None
     return mcmc
 
 

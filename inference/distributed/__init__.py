@@ -57,6 +57,7 @@ from .processes import (
     ProcessInfo,
     failure_sentence,
     initialize_from_env,
+    leave_together,
     read_process_env,
     run_main,
 )
@@ -68,7 +69,7 @@ __all__ = [
     "ShardedGibbs", "ShardedDraws", "sharded_gibbs",
     "fit_sharded", "shard_algorithm", "param_shardings",
     "ShardedStream", "stream_order",
-    "initialize_from_env", "read_process_env", "run_main", "failure_sentence", "ProcessInfo",
+    "initialize_from_env", "read_process_env", "run_main", "failure_sentence", "leave_together", "ProcessInfo",
     "DistributedSetupError", "ENV_COORDINATOR", "ENV_NUM_PROCESSES", "ENV_PROCESS_ID",
     "ENV_INIT_TIMEOUT", "ENV_HEARTBEAT_TIMEOUT",
 ]

@@ -51,10 +51,14 @@ class ShardedDraws(NamedTuple):
       sites included); row sites (z: (num_samples, N, K)) are split over rows on axis 1. Use
       :func:`~latentzoo.inference.distributed.mesh.gather` for NumPy copies on every process.
     - **last_state**: the kernel's state after the last sweep, to continue the chain with.
+    - **extra**: state field -> ``(num_samples, ...)`` for the fields named in ``extra_fields``
+      (``potential_energy``, ``diverging``: what ``MCMC.get_extra_fields()`` returns); empty
+      when none was asked for.
     """
 
     samples: dict[str, jax.Array]
     last_state: Any
+    extra: dict | None = None
 
 
 class ShardedGibbs:
@@ -152,40 +156,52 @@ class ShardedGibbs:
             self._step_jit = jax.jit(self._sweep)
         return self._step_jit.lower(state, data, self._tables)
 
-    def run(self, state, *data, num_samples: int, num_warmup: int = 0, thinning: int = 1) -> ShardedDraws:
+    def run(self, state, *data, num_samples: int, num_warmup: int = 0, thinning: int = 1,
+            extra_fields=()) -> ShardedDraws:
         """``num_warmup`` sweeps, then ``num_samples`` draws each ``thinning`` sweeps apart, in one
         compiled program: the draws of ``MCMC(kernel, num_warmup=num_warmup,
-        num_samples=num_samples * thinning, thinning=thinning)`` from the same state."""
+        num_samples=num_samples * thinning, thinning=thinning)`` from the same state.
+
+        ``extra_fields`` as ``MCMC.run`` takes them: names of state fields to collect per draw
+        too (into :attr:`ShardedDraws.extra`), and ``"~z.<site>"`` to leave a site out of the
+        samples (it is then never collected, so a per-row site costs no (num_samples, N, ...)
+        array)."""
         if num_samples < 1 or num_warmup < 0 or thinning < 1:
             raise ValueError("num_samples and thinning must be positive and num_warmup non-negative.")
         data = self._data(data)
-        sig = (int(num_samples), int(num_warmup), int(thinning))
+        field = getattr(self.kernel, "sample_field", "z")
+        drop = tuple(sorted({f[len(field) + 2:] for f in extra_fields if f.startswith(f"~{field}.")}))
+        fields = tuple(dict.fromkeys(f for f in extra_fields if not f.startswith("~") and f != field))
+        sig = (int(num_samples), int(num_warmup), int(thinning), drop, fields)
         if sig not in self._run_jit:
             self._run_jit[sig] = jax.jit(lambda s, d, t: self._chain(s, d, t, *sig))
-        samples, last = self._run_jit[sig](state, data, self._tables)
-        return ShardedDraws(samples, last)
+        samples, extra, last = self._run_jit[sig](state, data, self._tables)
+        return ShardedDraws(samples, last, extra)
 
-    def _chain(self, state, data, tables, num_samples, num_warmup, thinning):
+    def _chain(self, state, data, tables, num_samples, num_warmup, thinning, drop=(), fields=()):
         sweep = lambda _, s: self._sweep(s, data, tables)  # noqa: E731
         state = lax.fori_loop(0, num_warmup, sweep, state)
         field = getattr(self.kernel, "sample_field", "z")
+        post = self.kernel.postprocess_fn(data, self._kwargs(tables))
 
         def draw(s, _):
             s = lax.fori_loop(0, thinning, sweep, s)
-            return s, getattr(s, field)
+            sample = dict(post(getattr(s, field)))  # per draw, as MCMC's collection does
+            for site in drop:
+                sample.pop(site)
+            return s, (sample, {f: getattr(s, f) for f in fields})
 
-        state, zs = lax.scan(draw, state, None, length=num_samples)
-        post = self.kernel.postprocess_fn(data, self._kwargs(tables))
-        samples = jax.vmap(post)(zs)
-        return self._constrain(samples, axis=1), state
+        state, (samples, extra) = lax.scan(draw, state, None, length=num_samples)
+        return self._constrain(samples, axis=1), self._constrain(extra, axis=1), state
 
 
 def sharded_gibbs(kernel, rng_key, *data, mesh: Mesh, num_samples: int, num_warmup: int = 0,
-                  thinning: int = 1, init_params=None, **model_kwargs) -> ShardedDraws:
+                  thinning: int = 1, init_params=None, extra_fields=(), **model_kwargs) -> ShardedDraws:
     """One chain of ``kernel`` with the rows of ``data`` sharded over ``mesh``: the draws of
     ``MCMC(kernel, num_warmup=..., num_samples=num_samples * thinning, thinning=...)
     .run(rng_key, *data, **model_kwargs)`` on one device (to round-off in the sums over rows).
-    See :class:`ShardedGibbs` for the arguments."""
+    See :class:`ShardedGibbs` for the arguments (``extra_fields``: :meth:`ShardedGibbs.run`)."""
     gibbs = ShardedGibbs(kernel, mesh, **model_kwargs)
     state = gibbs.init(rng_key, *data, num_warmup=num_warmup, init_params=init_params)
-    return gibbs.run(state, *data, num_samples=num_samples, num_warmup=num_warmup, thinning=thinning)
+    return gibbs.run(state, *data, num_samples=num_samples, num_warmup=num_warmup, thinning=thinning,
+                     extra_fields=extra_fields)

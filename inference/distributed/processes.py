@@ -68,6 +68,7 @@ __all__ = [
     "read_process_env",
     "initialize_from_env",
     "failure_sentence",
+    "leave_together",
     "run_main",
 ]
 
@@ -234,11 +235,13 @@ def failure_sentence(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {_first_line(text, 1000)}"
 
 
-def _leave_together(me: int) -> None:
+def leave_together(me: int | None = None) -> None:
     """After bad input that every process found: wait for all of them, then let process 0, which
     hosts JAX's coordination service, leave last. Were it first, the others' coordination
     clients would see the service vanish and JAX would end them with a fatal log (SIGABRT)
-    before they reach their own exit."""
+    before they reach their own exit. ``me``: this process's index (default
+    ``jax.process_index()``)."""
+    me = jax.process_index() if me is None else me
     try:
         multihost_utils.sync_global_devices("latentzoo: leaving after bad input")
     except Exception:  # noqa: BLE001 (a peer already gone: leave anyway)
@@ -272,7 +275,7 @@ def run_main(main: Callable[[], Any]) -> NoReturn:
             print(failure_sentence(exc), file=sys.stderr, flush=True)
         sys.stdout.flush()
         if collective and count > 1:
-            _leave_together(me)
+            leave_together(me)
         os._exit(130 if isinstance(exc, KeyboardInterrupt) else 1)
     sys.stdout.flush()
     sys.exit(0)

@@ -157,7 +157,7 @@ CVQ = register(
                    ignores_priors=("pi", "W", "tau")),  # maximum likelihood, as in the lecture
             Method("em", lambda X, cfg: _run_point(X, cfg, method="em"), kind="point",
                    ignores_priors=("pi", "W", "tau")),
-            Method("gibbs", _run_gibbs),
+            Method("gibbs", _run_gibbs, distributed=True),
         ),
         # the sources are exchangeable: chains label them differently, so the summary compares
         # sorted probabilities and image norms, never pi or W entry by entry

@@ -342,7 +342,7 @@ FA = register(
         data_kind=MATRIX,
         default_data=lambda seed: default_fa_data(seed),
         methods=(
-            Method("gibbs", partial(_run_mcmc, gibbs=True)),
+            Method("gibbs", partial(_run_mcmc, gibbs=True), distributed=True),
             Method("nuts", partial(_run_mcmc, gibbs=False)),
             Method("vb", _run_vb),
             Method("em", _run_em, kind="point"),

@@ -190,7 +190,7 @@ MFA = register(
         model=mfa,
         data_kind=MATRIX,
         default_data=lambda seed: default_mfa_data(seed),
-        methods=(Method("gibbs", _run_gibbs),),
+        methods=(Method("gibbs", _run_gibbs, distributed=True),),
         identified=("psi", "weights_sorted", "component_variance_sorted", "mixture_mean",
                     "mixture_total_variance"),
         trace_sites=("psi", "weights_sorted"),
