@@ -73,8 +73,8 @@ class Derived(NamedTuple):
         site: the site.
         prior: the prior family's class (``dist.Gamma``, ...).
         children: names of the child sites whose densities enter the conditional, in trace
-            order. Replace it (``derived._replace(children=...)``) to leave one out: that is how
-            the tests build a wrong conditional that a Geweke test must reject.
+            order. :meth:`without` leaves one out: that is how the tests build a wrong
+            conditional that a Geweke or SBC test must reject.
         child_families: the child families' classes, aligned with ``children``.
         labels: the pair's name for each child, aligned with ``children``.
         block: for a Gaussian, how many trailing axes of the site one block couples (0: every
@@ -158,6 +158,14 @@ class Derived(NamedTuple):
             _, (P, b) = self._natural(values, obs, priors)
             return {self.site: post.gaussian_sample(key, P, b, jnp.shape(values[self.site]), self.block)}
         return {self.site: self.conditional(values, obs, priors)[self.site].sample(key)}
+
+    def without(self, child: str) -> Derived:
+        """This conditional with ``child``'s density left out (the prior alone when it is the
+        only child): a wrong conditional, the control a Geweke or SBC test must reject."""
+        keep = [i for i, c in enumerate(self.children) if c != child]
+        return self._replace(children=tuple(self.children[i] for i in keep),
+                             child_families=tuple(self.child_families[i] for i in keep),
+                             labels=tuple(self.labels[i] for i in keep))
 
     def bind(self, model, model_args, model_kwargs) -> Derived:
         """The same conditional re-tracing ``model`` with these arguments."""

@@ -163,11 +163,7 @@ def without_child(child):
         result = detect(model, model_args, model_kwargs, site)
         if isinstance(result, NotConjugate):
             return None, result.reason
-        keep = [i for i, c in enumerate(result.children) if c != child]
-        result = result._replace(children=tuple(result.children[i] for i in keep),
-                                 child_families=tuple(result.child_families[i] for i in keep),
-                                 labels=tuple(result.labels[i] for i in keep))
-        return result.update(), result.pair
+        return result.without(child).update(), result.pair
 
     return derive
 

@@ -4,7 +4,7 @@ the data child.
 Each tiny model has one latent site with a supported prior at non-default hyperparameters and an
 observed child ``X``; ``ConjugateGibbs(model, [], derive=...)`` samples the site with the
 derived conditional. The control is the same derived conditional with the child ``X`` left out
-(``Derived._replace(children=...)``: the prior alone), built by a test-level deriver; one
+(``Derived.without("X")``: the prior alone), built by a test-level deriver; one
 compiled chain runs both (a traced knob selects the conditional's parameters).
 
 Why the chain records the data the kernel saw. Geweke's successive-conditional chain evaluates
@@ -98,12 +98,8 @@ def deriver_without(child, knob, pairs):
         full = detect(model, model_args, model_kwargs, site)
         if isinstance(full, NotConjugate):
             return None, full.reason
-        keep = [i for i, c in enumerate(full.children) if c != child]
-        dropped = full._replace(children=tuple(full.children[i] for i in keep),
-                                child_families=tuple(full.child_families[i] for i in keep),
-                                labels=tuple(full.labels[i] for i in keep))
         pairs[site] = full.pair
-        return _update(full, dropped, knob), full.pair
+        return _update(full, full.without(child), knob), full.pair
 
     return derive
 
