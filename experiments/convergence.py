@@ -4,7 +4,7 @@ family's default data and on the real data its docs use, each in a fresh process
 is read from the run's own ``summary.csv`` (its identified quantities, the ones no relabelling
 or rotation changes: ``Family.identified``).
 
-    python experiments/convergence.py [--only fa,ta] [--data default|real|both]
+    python experiments/convergence.py [--only fa,ta] [--methods gibbs] [--data default|real|both]
                                       [--extra "--replicas 48 --min-beta 0.2"] [--quick]
                                       [--json OUT]
 
@@ -113,6 +113,7 @@ def run_one(model: str, method: str, data: str, extra: list[str], quick: bool) -
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--only", default="", help="comma-separated families to keep (default: all)")
+    p.add_argument("--methods", default="", help="comma-separated methods to keep (default: all)")
     p.add_argument("--data", default="both", choices=("default", "real", "both"))
     p.add_argument("--extra", default="", help="options passed to every run, quoted")
     p.add_argument("--quick", action="store_true", help="--quick runs (a smoke test, no verdict)")
@@ -128,8 +129,9 @@ def main(argv=None):
     print(f"{'model':9} {'method':8} {'data':8} {'wall s':>7} {'max R-hat':>9} {'min ESS':>8}  "
           f"worst (R-hat / ESS)", flush=True)
     rows = []
+    methods = {m for m in args.methods.split(",") if m}
     for model, method in every:
-        if keep and model not in keep:
+        if (keep and model not in keep) or (methods and method not in methods):
             continue
         for data in datas:
             row = run_one(model, method, data, extra, args.quick)
