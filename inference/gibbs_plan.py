@@ -322,7 +322,10 @@ def make_plan(model, updates, model_args, model_kwargs, rng_key=None,
         values = {s: tr[s]["value"] for s in latent}
         kept = []
         for u in chosen:
-            absent = missing_reads(u, model, values, model_args, model_kwargs)
+            # a sample site the model has is never "missing": planned without data (a prior
+            # predictive), X is a latent site the updates look up among the observed ones
+            absent = [n for n in missing_reads(u, model, values, model_args, model_kwargs)
+                      if n not in tr]
             if not absent:
                 kept.append(u)
                 continue
