@@ -93,6 +93,27 @@ _FOUR_DEVICES = textwrap.dedent("""
         close(v, one.params[k], "em init= " + k)
     print("CAVI-OK")
 
+    # CVQ's variational and exact EM (the zoo's fit_cvq on one device is the truth) and NOCA's
+    # exact MAP-EM (its recipe on a one-device mesh: fit_noca adds re-seeding rounds)
+    from latentzoo.models.cvq import cvq
+    from latentzoo.models.noca import noca
+    from latentzoo.inference.cvq.em import fit_cvq, cvq_vem, cvq_exact_em, cvq_guide
+    from latentzoo.inference.noca.blocks import noca_exact_em, noca_guide
+    Xc = np.random.default_rng(0).normal(size=(48, 6))
+    for method, algo in (("vb", cvq_vem()), ("em", cvq_exact_em())):
+        one = fit_cvq(Xc, 2, method=method, num_steps=15, seed=3)
+        four = fit_sharded(CAVI(cvq, cvq_guide, algo), jax.random.PRNGKey(3), 15, Xc, mesh=mesh,
+                           K=2, rtol=1e-9)
+        for k, v in gather(four.params).items():
+            close(v, one.params[k], "cvq " + method + " " + k)
+    B = (np.random.default_rng(1).random((48, 6)) < 0.3).astype(float)
+    runs = [gather(fit_sharded(CAVI(noca, noca_guide, noca_exact_em()), jax.random.PRNGKey(3), 15, B,
+                               mesh=m, K=2, num_pos=int(B.sum()), priors=None, rtol=1e-7).params)
+            for m in (row_mesh(jax.devices()[:1]), mesh)]
+    for k in runs[0]:
+        close(runs[1][k], runs[0][k], "noca em " + k)
+    print("BINARY-EM-OK")
+
     # online FA, default EM: two chunks, the second not a multiple of the batch
     ofa = OnlineFactorAnalysis(2, batch_size=8, warmup=8, averaging_start=16, random_state=5)
     ofa.partial_fit(X[:24]).partial_fit(X[24:44])
@@ -139,7 +160,7 @@ def test_four_devices_give_the_one_device_results():
         env.pop(name, None)
     r = subprocess.run([sys.executable, "-c", _FOUR_DEVICES], capture_output=True, text=True,
                        env=env, timeout=600)
-    assert r.returncode == 0 and "ALL-OK" in r.stdout, (r.stdout[-2000:], r.stderr[-4000:])
+    assert r.returncode == 0 and "ALL-OK" in r.stdout and "BINARY-EM-OK" in r.stdout, (r.stdout[-2000:], r.stderr[-4000:])
 
 
 # ------------------------------------------------------------------- one device, no subprocess
