@@ -1,13 +1,15 @@
 """Several processes with jax.distributed (Gloo CPU collectives): two processes of two forced
-host devices each run FA's Gibbs sweep and online FA on their own rows
-(tests/inference/distributed_fa_worker.py) and must reproduce one process on one device; a killed
-process must end the other within a bounded time; bad input ends every process, with one sentence
-from process 0."""
+host devices each run FA's Gibbs sweep, online FA, FA's EM and CVQ's exact EM on their own rows
+(tests/inference/distributed_fa_worker.py) and must reproduce one process on one device; a process
+killed while the others wait inside a compiled program must end the run within seconds, with one
+sentence from the peer watch and no JAX fatal log; bad input ends every process, with one
+sentence from process 0; a normal end says nothing."""
 
 from __future__ import annotations
 
 import os
 import queue
+import re
 import signal
 import socket
 import subprocess
@@ -23,7 +25,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = "tests.inference.distributed_fa_worker"
-HEARTBEAT = 10  # s: the survivors' bound when a process dies inside a collective
+HEARTBEAT = 20  # s: JAX's own limit (its default), which the peer watch must beat by far
+KILL_BOUND = 5.0  # s: a killed process's peers end within this (measured: well under a second)
+# JAX's fatal log: absl lines ("F1129 00:40:02.213016 ... client.h:80] Terminating process ...")
+JAX_LOG = re.compile(r"^[FEW]\d{4} \d\d:\d\d:\d\d|Terminating process|Check failure", re.MULTILINE)
 
 
 def _free_port() -> int:
@@ -114,6 +119,27 @@ def _reference(N, D, K, samples, warmup, batch, seed, processes):
     return mcmc.get_samples(), ofa
 
 
+def _stderr_lines(run: Run, p) -> list[str]:
+    return [s for s in run.stderr(p).splitlines() if s.strip()]
+
+
+def _kill_inside_a_sweep(run: Run, victim: int, survivor: int) -> tuple[int, float]:
+    """Once every process runs its endless compiled Gibbs program (SWEEPING), SIGKILL ``victim``;
+    ``survivor``'s status and seconds to end."""
+    run.wait_for("SWEEPING")
+    time.sleep(0.5)  # well inside the program, waiting in its collectives
+    run.procs[victim].send_signal(signal.SIGKILL)
+    start = time.monotonic()
+    rc = run.procs[survivor].wait(timeout=60)
+    return rc, time.monotonic() - start
+
+
+def _one_sentence(run: Run, p: int, sentence: str) -> None:
+    text = run.stderr(p)
+    assert not JAX_LOG.search(text), text[-3000:]
+    assert _stderr_lines(run, p) == [sentence], text[-3000:]
+
+
 def test_two_processes_match_one_device_and_a_killed_one_ends_the_other(tmp_path):
     out = tmp_path / "draws.npz"
     run = Run([str(out), "--loop", "--rows", "32", "--samples", "3", "--warmup", "2", "--batch", "8"])
@@ -129,30 +155,58 @@ def test_two_processes_match_one_device_and_a_killed_one_ends_the_other(tmp_path
         assert np.max(np.abs(got["online_psi"] - ofa.noise_variance_)) <= 1e-9
         assert np.max(np.abs(got["online_mean"] - ofa.mean_)) <= 1e-9
 
-        # both are sweeping; kill process 1: process 0 must end, non-zero, within the bound
-        run.procs[1].send_signal(signal.SIGKILL)
-        start = time.monotonic()
-        rc = run.procs[0].wait(timeout=60)
-        took = time.monotonic() - start
+        # both wait inside a compiled sweep's collectives; kill process 1: process 0 must end
+        # at once, status 1, with the watch's one sentence (JAX alone: SIGABRT and its fatal
+        # log after the heartbeat limit)
+        rc, took = _kill_inside_a_sweep(run, victim=1, survivor=0)
     finally:
         run.kill()
-    assert rc != 0 and took <= 60, (rc, took)
-    text = run.stderr(0)
-    assert ("lost contact with another process" in text
-            or "Terminating process because the JAX distributed service detected fatal errors" in text), text[-3000:]
+    assert rc == 1 and took <= KILL_BOUND, (rc, took, run.stderr(0)[-3000:])
+    _one_sentence(run, 0, "Process 1 of 2 stopped unexpectedly (its connection to process 0 "
+                          "closed); the whole run is stopped.")
 
 
 def test_killing_the_coordinator_ends_the_other():
-    run = Run(["--loop"])
+    run = Run(["--fits", "", "--loop"])
     try:
-        run.wait_for("JOINED")
-        run.procs[0].send_signal(signal.SIGKILL)  # process 0 hosts the coordination service
-        start = time.monotonic()
-        rc = run.procs[1].wait(timeout=60)
-        took = time.monotonic() - start
+        # process 0 hosts JAX's coordination service: without the watch's relay, process 1's JAX
+        # client would see it vanish and abort with its fatal log within milliseconds
+        rc, took = _kill_inside_a_sweep(run, victim=0, survivor=1)
     finally:
         run.kill()
-    assert rc != 0 and took <= 60, (rc, took, run.stderr(1)[-3000:])
+    assert rc == 1 and took <= KILL_BOUND, (rc, took, run.stderr(1)[-3000:])
+    _one_sentence(run, 1, "Process 0 of 2 (the coordinator) stopped unexpectedly (its connection "
+                          "closed); the whole run is stopped.")
+
+
+def test_two_processes_em_match_one_device_and_end_normally(tmp_path):
+    """FA's MAP-EM and CVQ's exact EM through fit_sharded (traced init=) on 2 processes x 2
+    devices equal fit_fa_variational / fit_cvq on one device; both processes end with status 0
+    and say nothing (their ends are not taken for deaths)."""
+    from latentzoo.inference.cvq.em import fit_cvq
+    from latentzoo.inference.fa import fit_fa_variational
+    from latentzoo.models.factor_analysis import default_fa_data
+
+    out = tmp_path / "em.npz"
+    run = Run([str(out), "--fits", "em", "--rows", "32", "--em-steps", "8", "--seed", "1"])
+    try:
+        X = default_fa_data(0, N=32, D=5, K=2)  # meanwhile, on this process
+        fa = fit_fa_variational(X, 2, method="em", num_steps=8, seed=1)
+        cv = fit_cvq(X, 2, method="em", num_steps=8, seed=1)
+        codes = run.wait(timeout=300)
+    finally:
+        run.kill()
+    assert codes == {0: 0, 1: 0}, (codes, run.stderr(0)[-2000:], run.stderr(1)[-2000:])
+    assert run.lines(0) == [] and run.lines(1) == [], (run.lines(0), run.lines(1))
+    got = np.load(out)
+    assert int(got["processes"]) == 2 and int(got["devices"]) == 4
+    for prefix, fit in (("em_", fa), ("cvq_", cv)):
+        assert {prefix + k for k in fit.params} <= set(got.files), (prefix, got.files)
+        for k, v in fit.params.items():
+            v = np.asarray(v)
+            err = float(np.max(np.abs(got[prefix + k] - v))) / max(1.0, float(np.max(np.abs(v))))
+            assert err <= 1e-9, (prefix + k, err)
+    np.testing.assert_allclose(got["em_losses"], np.asarray(fa.losses), rtol=1e-9)
 
 
 @pytest.mark.parametrize("case", ["rows", "shapes"])
