@@ -40,6 +40,7 @@ from latentzoo.inference.tempering import temperature
 from latentzoo.inference.updates import GibbsUpdate, prior_params, unwrap
 
 from .moves import source_move
+from .split_merge import split_merge_move
 
 __all__ = ["cvq_updates", "s_update", "W_update", "pi_update", "tau_update", "ENUM_MAX_K"]
 
@@ -131,11 +132,17 @@ def tau_update() -> GibbsUpdate:
     return GibbsUpdate("tau | s, W", ("tau",), {"tau": GAMMA, "X": NORMAL}, _tau_conditional, tempered=True)
 
 
-def cvq_updates(*, with_source_move: bool = True) -> list:
+def cvq_updates(*, with_source_move: bool = True, with_split_merge: bool | None = None) -> list:
     """The CVQ update table in sweep order: s, W, the collapsed source move
-    (:func:`latentzoo.inference.cvq.moves.source_move`, which switches sources on and off), pi,
-    tau. ``with_source_move=False``: the conditionals alone."""
+    (:func:`latentzoo.inference.cvq.moves.source_move`, which switches sources on and off), the
+    split-merge move (:func:`latentzoo.inference.cvq.split_merge.split_merge_move`, which splits a
+    source that holds two images into a free one, and merges two sources), pi, tau.
+    ``with_source_move=False``: the conditionals alone;
+    ``with_split_merge`` (default: as ``with_source_move``) adds or leaves out the split-merge
+    move on its own."""
+    if with_split_merge is None:
+        with_split_merge = with_source_move
     table = [s_update(), W_update(), pi_update(), tau_update()]
-    if with_source_move:
-        table.insert(2, source_move())
+    moves = ([source_move()] if with_source_move else []) + ([split_merge_move()] if with_split_merge else [])
+    table[2:2] = moves
     return table
