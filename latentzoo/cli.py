@@ -86,7 +86,8 @@ def _build_parser() -> argparse.ArgumentParser:
                         "or over the processes of LATENTZOO_COORDINATOR / LATENTZOO_NUM_PROCESSES / "
                         "LATENTZOO_PROCESS_ID, each keeping its block of --data's rows (or reading "
                         "its own file: --data 'part{process}.npy'); process 0 writes --out. "
-                        "fa, mfa and cvq; no --replicas, --resume or checkpoints")
+                        "every Gibbs sampler but cfa's (rank-svm: --variant G-L); no --replicas, "
+                        "--resume or checkpoints")
     r.add_argument("--standardize", action="store_true", help="centre and scale each column first")
     r.add_argument("--chunk-size", type=int, default=1000, help="rows per chunk (streaming methods)")
     r.add_argument("--no-progress", action="store_true", help="hide progress bars")
@@ -800,8 +801,11 @@ def _check_distributed(args, family, method, cfg) -> None:
     if args.resume is not None or args.checkpoint_every is not None:
         raise ValueError("--distributed keeps no checkpoint, so --resume and --checkpoint-every do "
                          "not apply to it.")
-    if getattr(args, "labels", None):
-        raise ValueError("--labels does not apply with --distributed, which splits one data matrix's rows.")
+    labels = getattr(args, "labels", None)
+    if labels and family.data_kind.load_with_labels is not None and args.data \
+            and ("{process}" in args.data) != ("{process}" in labels):
+        raise ValueError("With --distributed, --data and --labels name each process's part with "
+                         "{process} both or neither (the labels of a process's rows are its own).")
 
 
 def _distributed_data(args, family, cfg):
@@ -809,11 +813,14 @@ def _distributed_data(args, family, cfg):
 
     Each process reads its own rows: with ``--data`` naming a pattern with ``{process}``, the
     file of its process id (every file the same number of rows); otherwise its block
-    ``[p N / P, (p + 1) N / P)`` of the one file (or of the default data). A problem any process
+    ``[p N / P, (p + 1) N / P)`` of the one file (or of the default data). Labelled data (the
+    rank SVM's features and labels, from one file or with ``--labels``) are split by rows
+    together: a process's block of X and of y are the same rows. A problem any process
     meets is then every process's one sentence (:func:`~latentzoo.inference.distributed.exchange`);
     the blocks are placed on the row mesh (which checks that the devices share them equally) and
     gathered, since the run's start values, log-likelihood and written posterior need every row. Validated and standardised as
     :func:`load_data` does."""
+    import jax
     import numpy as np
 
     from latentzoo.inference.distributed import (
@@ -830,25 +837,49 @@ def _distributed_data(args, family, cfg):
     P, p = info.num_processes, info.process_id
     kind = family.data_kind
 
+    labels = getattr(args, "labels", None)
+
+    def arrays(data):  # one array, or (X, y) of labelled data: split alike
+        return tuple(np.asarray(a) for a in data) if isinstance(data, tuple) else np.asarray(data)
+
     def block(whole):
         n = int(kind.num_rows(whole))
         if n % P:
             raise ValueError(f"The data has {n} rows, which {P} processes cannot share equally; use a "
                         f"row count divisible by {P}.")
         m = n // P
-        return np.asarray(whole)[p * m : (p + 1) * m]
+        return jax.tree.map(lambda a: a[p * m : (p + 1) * m], arrays(whole))
+
+    def read(path, labels_path):
+        if labels_path is None:
+            data = arrays(kind.load(path))
+        elif kind.load_with_labels is None:
+            raise ValueError(f"--labels applies only to models with labelled data; {family.name} "
+                             f"takes {kind.name} data.")
+        else:
+            data = arrays(kind.load_with_labels(path, labels_path))
+        if isinstance(data, tuple):
+            if len({np.shape(a)[0] for a in data}) > 1:
+                raise ValueError(f"{path} has {np.shape(data[0])[0]} rows and its labels "
+                                 f"{np.shape(data[1])[0]}; give one label per row.")
+            if data[1].dtype.kind not in "biuf":  # the rows travel through the devices
+                raise ValueError(f"--distributed reads numeric labels (such as 0/1 or -1/+1); the "
+                                 f"labels of {path} are {data[1].dtype} values.")
+        return data
 
     initialize_from_env()  # (main() has joined them already)
     local, problem = None, None
     try:
+        if labels and not args.data:
+            raise ValueError("--labels needs --data with the features (one row per label).")
         if args.data and "{process}" in args.data:
             path = args.data.replace("{process}", str(p))
             if not os.path.isfile(path):
                 raise ValueError(f"Data file {path} (process {p}'s part of --data {args.data}) "
                                  "does not exist.")
-            local = np.asarray(kind.load(path))
+            local = read(path, labels and labels.replace("{process}", str(p)))
         else:
-            local = block(kind.load(args.data) if args.data else family.default_data(args.seed))
+            local = block(read(args.data, labels) if args.data else family.default_data(args.seed))
     except ValueError as err:
         problem = str(err)
     # every process learns of any process's problem, so that all end alike (no one waits)
@@ -856,8 +887,15 @@ def _distributed_data(args, family, cfg):
         if said:
             raise CollectiveValueError(said if P == 1 or "processes cannot share" in said
                                        else f"Process {q}: {said}")
-    rows = gather(shard_rows(local, row_mesh(), name="the data"))
-    return load_data(args, family, cfg, raw=rows)
+    mesh = row_mesh()
+    rows = jax.tree.map(lambda a: gather(shard_rows(a, mesh, name="the data")), local)
+    # the rows read are the run's data: load_data validates (and standardises) them rather than
+    # reading --data and --labels again
+    args.labels = None
+    try:
+        return load_data(args, family, cfg, raw=rows)
+    finally:
+        args.labels = labels
 
 
 def _join_processes() -> None:

@@ -111,7 +111,8 @@ def run_sharded_chains(kernel, cfg, *model_args, extra_fields=(), init_params=No
     the seed's key itself for one chain) and ``init_params[c]``. The draws equal
     :func:`run_mcmc`'s to the order of the additions in the sums over rows.
 
-    ``model_args`` are all the rows (the same on every process); each process places its own
+    ``model_args`` are all the rows (the same on every process; a dict of arrays with the same
+    rows counts as one argument, each array split alike); each process places its own
     block (:func:`~latentzoo.inference.distributed.local_rows`) on its devices. Returns an
     ``MCMC`` object (never run) holding the gathered draws, the collected ``potential_energy`` and
     ``diverging`` and the model's arguments, so that ``get_samples``, ``get_extra_fields`` and
@@ -125,7 +126,8 @@ def run_sharded_chains(kernel, cfg, *model_args, extra_fields=(), init_params=No
         raise ValueError("--replicas and --distributed cannot be combined: replica exchange does "
                          "not run row-sharded.")
     mesh = row_mesh()
-    data = tuple(shard_rows(local_rows(np.asarray(a)), mesh) for a in model_args)
+    # a data argument may be a dict of arrays with the same rows (the rank SVM's observed sites)
+    data = tuple(jax.tree.map(lambda a: shard_rows(local_rows(np.asarray(a)), mesh), arg) for arg in model_args)
     field = getattr(kernel, "sample_field", "z")
     stats = tuple(f for f in getattr(kernel, "default_fields", ()) if f != field)
     fields = (*stats, *extra_fields)
@@ -151,7 +153,8 @@ def run_sharded_chains(kernel, cfg, *model_args, extra_fields=(), init_params=No
     mcmc = MCMC(kernel, num_warmup=cfg.warmup, num_samples=cfg.samples, num_chains=cfg.chains,
                 thinning=thinning, chain_method="sequential", progress_bar=False)
     # what MCMC.run leaves behind, for get_samples / get_extra_fields / ArviZ's from_numpyro
-    mcmc._args, mcmc._kwargs = tuple(np.asarray(a) for a in model_args), dict(model_kwargs)
+    mcmc._args = tuple(jax.tree.map(np.asarray, arg) for arg in model_args)
+    mcmc._kwargs = dict(model_kwargs)
     mcmc._states, mcmc._states_flat = states, None
     return mcmc
 

@@ -98,8 +98,11 @@ class ShardedGibbs:
     def _data(self, data, *, start: bool = False) -> tuple:
         if not data:
             raise ValueError("ShardedGibbs needs the data (the model's positional arguments).")
-        placed = tuple(shard_rows(x, self.mesh, name=f"data argument {i}") for i, x in enumerate(data))
-        n = placed[0].shape[0]
+        # a data argument may be a dict of arrays with the same rows (the rank SVM's
+        # {"X": (N, D), "svm_margin": (N,)}): each of its arrays is split
+        placed = tuple(jax.tree.map(lambda x, i=i: shard_rows(x, self.mesh, name=f"data argument {i}"), arg)
+                       for i, arg in enumerate(data))
+        n = jax.tree.leaves(placed[0])[0].shape[0]
         if not start and self._n_rows is not None and n != self._n_rows:
             raise ValueError(f"The data has {n} rows but this sampler was started on {self._n_rows}; "
                              "start it again with init on the new data.")

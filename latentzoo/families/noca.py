@@ -133,7 +133,7 @@ NOCA = register(
         methods=(
             Method("vb", lambda X, cfg: _run_point(X, cfg, method="vb"), kind="point"),
             Method("em", lambda X, cfg: _run_point(X, cfg, method="em"), kind="point"),
-            Method("gibbs", _run_gibbs),
+            Method("gibbs", _run_gibbs, distributed=True),
         ),
         identified=("pi", "theta0", "theta"),
         trace_sites=("pi",),

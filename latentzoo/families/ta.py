@@ -300,7 +300,7 @@ TA = register(
         model=tensor_analyzer,
         data_kind=MATRIX,
         default_data=lambda seed: default_ta_data(seed),
-        methods=(Method("gibbs", partial(_run_gibbs, mixture=False)),
+        methods=(Method("gibbs", partial(_run_gibbs, mixture=False), distributed=True),
                  Method("mcem", partial(_run_mcem, mixture=False), kind="point",
                         ignores_priors=("W", "T", "mu", "Psi"))),  # maximum likelihood
         identified=("Psi", "mean_x"),
@@ -321,7 +321,7 @@ MTA = register(
         model=mixture_of_tensor_analyzers,
         data_kind=MATRIX,
         default_data=lambda seed: default_ta_data(seed),
-        methods=(Method("gibbs", partial(_run_gibbs, mixture=True)),
+        methods=(Method("gibbs", partial(_run_gibbs, mixture=True), distributed=True),
                  Method("mcem", partial(_run_mcem, mixture=True), kind="point",
                         ignores_priors=("pi", "W", "T", "mu", "Psi"))),  # maximum likelihood
         identified=("mean_x", "Psi_mean"),
