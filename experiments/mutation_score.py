@@ -66,6 +66,7 @@ TESTS = {
     "inference/ais.py": ["tests/inference/test_ais.py", "tests/inference/test_ta_ais.py"],
     "inference/samplers/replica_exchange.py": ["tests/inference/test_replica_exchange.py"],
     "inference/cvq/moves.py": ["tests/inference/test_cvq_moves.py", "tests/inference/test_cvq_gibbs.py"],
+    "inference/cvq/split_merge.py": ["tests/inference/test_cvq_split_merge.py"],
     "inference/ais_weights.py": ["tests/inference/test_ais.py", "tests/inference/test_ta_ais.py"],
     "inference/conjugate.py": [
         "tests/inference/test_mutation_gaps_core.py",
@@ -197,6 +198,7 @@ FOCUS = {
     ],
     "inference/noca/bound.py": None,  # every function
     "inference/cvq/moves.py": None,  # every function
+    "inference/cvq/split_merge.py": None,  # every function
     "inference/samplers/replica_exchange.py": ["swap_log_ratio", "swap_step", "adapt_ladder",
                                                "adaptation_ends",
                                                "_sample_one", "geometric_ladder"],
