@@ -86,7 +86,7 @@ def _build_parser() -> argparse.ArgumentParser:
                         "or over the processes of LATENTZOO_COORDINATOR / LATENTZOO_NUM_PROCESSES / "
                         "LATENTZOO_PROCESS_ID, each keeping its block of --data's rows (or reading "
                         "its own file: --data 'part{process}.npy'); process 0 writes --out. "
-                        "every Gibbs sampler but cfa's (rank-svm: --variant G-L); no --replicas, "
+                        "every Gibbs sampler but cfa's (rank-svm: the G variants); no --replicas, "
                         "--resume or checkpoints")
     r.add_argument("--standardize", action="store_true", help="centre and scale each column first")
     r.add_argument("--chunk-size", type=int, default=1000, help="rows per chunk (streaming methods)")
