@@ -49,7 +49,7 @@ import numpyro.distributions as dist
 
 from latentzoo.inference.updates import Move, prior_params, unwrap
 
-__all__ = ["source_move", "collapsed_column_log_likelihood"]
+__all__ = ["source_move", "collapsed_column_log_likelihood", "source_move_inputs"]
 
 
 def collapsed_column_log_likelihood(n, h, prior_loc, prior_var, lam):
@@ -61,17 +61,25 @@ def collapsed_column_log_likelihood(n, h, prior_loc, prior_var, lam):
     return jnp.sum(-0.5 * jnp.log1p(prior_var * lam * n) + 0.5 * b * b / P)
 
 
-def _source_step(key, values, obs, priors, column_log_likelihood=collapsed_column_log_likelihood):
+def source_move_inputs(values, obs, priors):
+    """What a move over whole sources reads: ``(lam, loc, var, logit, s, E)`` with the tempered
+    noise precision ``lam`` = beta tau, W's elementwise prior mean and variance ``loc``, ``var``
+    (D, K), the sources' prior log-odds ``logit`` (N, K), ``s`` (N, K) as floats and the full
+    residual ``E = X - s W^T`` (N, D)."""
     X, W, s0 = obs["X"], values["W"], values["s"]
     lam = temperature(priors["X"]) * values["tau"]
     N, K = s0.shape
-    D = X.shape[1]
-    loc, scale = prior_params(priors["W"], (D, K), "loc", "scale")
-    var = scale**2
+    loc, scale = prior_params(priors["W"], (X.shape[1], K), "loc", "scale")
     p = jnp.broadcast_to(unwrap(priors["s"]).probs, (N, K))
-    logit = jnp.log(p) - jnp.log1p(-p)
     s = jnp.asarray(s0, X.dtype)
-    E = X - s @ W.T  # the full residual, kept current as sources change
+    return lam, loc, scale**2, jnp.log(p) - jnp.log1p(-p), s, X - s @ W.T
+
+
+def _source_step(key, values, obs, priors, column_log_likelihood=collapsed_column_log_likelihood):
+    X, W, s0 = obs["X"], values["W"], values["s"]
+    N, K = s0.shape
+    D = X.shape[1]
+    lam, loc, var, logit, s, E = source_move_inputs(values, obs, priors)  # E kept current
 
     def one_source(k, carry):
         E, s, W, key = carry

@@ -132,8 +132,9 @@ import jax
 import jax.numpy as jnp
 import numpyro.distributions as dist
 
-from latentzoo.inference.tempering import temperature
-from latentzoo.inference.updates import Move, prior_params, unwrap
+from latentzoo.inference.updates import Move
+
+from .moves import source_move_inputs
 
 __all__ = ["split_merge_move", "pair_log_likelihood", "split_log_ratio", "reallocation_log_ratio"]
 
@@ -354,18 +355,11 @@ def _attempt(key, E, s, W, loc, var, logit, lam, log_ratio, realloc_log_ratio):
 
 def _split_merge_step(key, values, obs, priors, num_proposals=None, log_ratio=split_log_ratio,
                       realloc_log_ratio=reallocation_log_ratio):
-    X, W, s0 = obs["X"], values["W"], values["s"]
+    W, s0 = values["W"], values["s"]
     N, K = s0.shape
     if K < 2:
         return {"s": s0, "W": W}
-    D = X.shape[1]
-    lam = temperature(priors["X"]) * values["tau"]
-    loc, scale = prior_params(priors["W"], (D, K), "loc", "scale")
-    var = scale**2
-    p = jnp.broadcast_to(unwrap(priors["s"]).probs, (N, K))
-    logit = jnp.log(p) - jnp.log1p(-p)
-    s = jnp.asarray(s0, X.dtype)
-    E = X - s @ W.T  # the full residual, kept current as pairs change
+    lam, loc, var, logit, s, E = source_move_inputs(values, obs, priors)  # E kept current
 
     def body(_, carry):
         E, s, W, key = carry
