@@ -446,21 +446,22 @@ def _check_out(out: str) -> None:
 def load_data(args, family, cfg, raw=None):
     """The run's data from ``args.data`` (or the family's embedded data), validated and, with
     ``args.standardize``, standardised; a note on stderr for data far from unit scale.
-    ``raw``: the data already read (a ``--distributed`` run's gathered rows) instead."""
+    ``raw``: the data already read (a ``--distributed`` run's gathered rows, labels included)
+    instead of ``--data`` / ``--labels``."""
     from latentzoo.inference.validation import ScaleError
 
     kind = family.data_kind
     name = args.data or "the default data"
     labels = getattr(args, "labels", None)
-    if labels is not None:
+    if raw is not None:  # read already (with its labels, where given)
+        data = raw
+    elif labels is not None:
         if kind.load_with_labels is None:
             raise ValueError(f"--labels applies only to models with labelled data; {family.name} "
                              f"takes {kind.name} data.")
         if not args.data:
             raise ValueError("--labels needs --data with the features (one row per label).")
         data = kind.load_with_labels(args.data, labels)
-    elif raw is not None:
-        data = raw
     else:
         data = kind.load(args.data) if args.data else family.default_data(args.seed)
     if args.standardize and kind.standardize is None:
@@ -889,13 +890,7 @@ def _distributed_data(args, family, cfg):
                                        else f"Process {q}: {said}")
     mesh = row_mesh()
     rows = jax.tree.map(lambda a: gather(shard_rows(a, mesh, name="the data")), local)
-    # the rows read are the run's data: load_data validates (and standardises) them rather than
-    # reading --data and --labels again
-    args.labels = None
-    try:
-        return load_data(args, family, cfg, raw=rows)
-    finally:
-        args.labels = labels
+    return load_data(args, family, cfg, raw=rows)
 
 
 def _join_processes() -> None:

@@ -132,6 +132,7 @@ import jax
 import jax.numpy as jnp
 import numpyro.distributions as dist
 
+from latentzoo.inference.gaussian import gaussian_draw
 from latentzoo.inference.updates import Move
 
 from .moves import source_move_inputs
@@ -318,22 +319,15 @@ def _reallocate(key, pair, a, b, log_ratio):
 
 
 def _draw_loadings(key, pair, a, b):
-    """(w_k, w_j) | columns, per feature: N(P^{-1} c, P^{-1}) with a 2x2 Cholesky factor."""
+    """(w_k, w_j) | columns, per feature: N(P_d^{-1} c_d, P_d^{-1}) with the 2x2 precision
+    P_d = V_d^{-1} + lam G of :func:`pair_log_likelihood` (:func:`gaussian_draw`, D blocks)."""
     (m1, m2), (v1, v2), lam = pair.m, pair.v, pair.lam
-    P11 = 1.0 / v1 + lam * a.sum()
-    P22 = 1.0 / v2 + lam * b.sum()
     P12 = lam * (a @ b)
-    c1 = m1 / v1 + lam * (a @ pair.R)
-    c2 = m2 / v2 + lam * (b @ pair.R)
-    det = P11 * P22 - P12 * P12
-    mean1, mean2 = (P22 * c1 - P12 * c2) / det, (P11 * c2 - P12 * c1) / det
-    l11 = jnp.sqrt(P11)
-    l21 = P12 / l11
-    l22 = jnp.sqrt(det / P11)
-    z = jax.random.normal(key, (2,) + m1.shape, a.dtype)
-    x2 = z[1] / l22  # solve L^T x = z, L = [[l11, 0], [l21, l22]]: x ~ N(0, P^{-1})
-    x1 = (z[0] - l21 * x2) / l11
-    return mean1 + x1, mean2 + x2
+    P = jnp.stack([jnp.stack([1.0 / v1 + lam * a.sum(), jnp.broadcast_to(P12, v1.shape)], -1),
+                   jnp.stack([jnp.broadcast_to(P12, v1.shape), 1.0 / v2 + lam * b.sum()], -1)], -2)
+    c = jnp.stack([m1 / v1 + lam * (a @ pair.R), m2 / v2 + lam * (b @ pair.R)], -1)  # (D, 2)
+    w = gaussian_draw(key, P, c)
+    return w[:, 0], w[:, 1]
 
 
 def _attempt(key, E, s, W, loc, var, logit, lam, log_ratio, realloc_log_ratio):

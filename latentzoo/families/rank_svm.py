@@ -298,7 +298,7 @@ RANK_SVM = register(
         data_kind=LABELLED_MATRIX,
         default_data=lambda seed: default_rank_svm_data(seed),
         methods=(
-            Method("gibbs", partial(_run_mcmc, nuts=False), distributed=True),  # G-L only
+            Method("gibbs", partial(_run_mcmc, nuts=False), distributed=True),  # DISTRIBUTED_VARIANTS
             Method("vb", _run_vb, kind="point"),
             Method("nuts", partial(_run_mcmc, nuts=True)),
         ),
