@@ -43,6 +43,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from latentzoo.models.conv_factor import conv_factor, map_shape, reconstruct
 from latentzoo.inference.conjugate import beta_log_moments, gamma_moments
 from latentzoo.inference.gaussian import cov_from_tril, gaussian_block
+from latentzoo.inference.interrupts import interruptible
 
 from .vb import random_patches, read_cfa_priors, validate_cfa_images
 from .vb_moments import AtomMoments, atom_moments, atom_stats, expected_sq_resid, local_maps, toeplitz
@@ -266,6 +267,7 @@ class OnlineConvFactor:
         self._locals = jax.jit(locals_, static_argnums=2)
 
     # ------------------------------------------------------------------------- public
+    @interruptible
     def partial_fit(self, X) -> "OnlineConvFactor":
         """One stochastic step on a mini-batch of images (B, C, H, W) ((B, H, W): one channel)."""
         X = self._check(X)
@@ -276,6 +278,7 @@ class OnlineConvFactor:
         self.n_seen += X.shape[0]
         return self
 
+    @interruptible
     def fit(self, X, *, batch_size: int = 10, epochs: int = 1,
             progress: bool = False) -> "OnlineConvFactor":
         """Mini-batches of ``batch_size`` images in a random order, ``epochs`` times over X;

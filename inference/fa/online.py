@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 
 from latentzoo.inference.fa import online_kernels as kern
+from latentzoo.inference.interrupts import interruptible
 from latentzoo.inference.validation import check_scale
 
 __all__ = ["OnlineFactorAnalysis", "aligned_empty"]
@@ -307,6 +308,7 @@ class OnlineFactorAnalysis:
             return kern.thesis_em_init(F0) if self.method == "em" else kern.thesis_sga_init(F0)
         return _em_init(F0) if self.method == "em" else kern.sga_batch_init(F0)
 
+    @interruptible
     def partial_fit(self, X, y=None):
         """Update the model with one row (D,) or a batch (n, D); rows are used in order.
 
@@ -328,6 +330,7 @@ class OnlineFactorAnalysis:
         self._cache = None
         return self
 
+    @interruptible
     def fit(self, X, y=None):
         """Reset, then stream the rows of X (n, D) through :meth:`partial_fit` in order."""
         for attr in ("_state", "n_features_in_", "n_samples_seen_", "_cache"):

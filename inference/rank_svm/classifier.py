@@ -13,6 +13,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted
 
+from latentzoo.inference.interrupts import interruptible
 from latentzoo.inference.rank_svm.predict import predict_proba as _posterior_proba
 from latentzoo.models.rank_factor_svm import VARIANTS, coarsen_ranks, rank_cuts
 
@@ -142,6 +143,7 @@ class RankFactorSVC(ClassifierMixin, BaseEstimator):
         return X if self.cuts_ is None else coarsen_ranks(X, self.cuts_)
 
     # ---------------------------------------------------------------------------------- fit
+    @interruptible
     def fit(self, X, y):
         """Fit the model to features X (N, D) and labels y (N,) with two classes."""
         self._check_settings()
@@ -183,6 +185,7 @@ class RankFactorSVC(ClassifierMixin, BaseEstimator):
                      priors=self.priors, **kw)
 
     # ----------------------------------------------------------------------------- predict
+    @interruptible
     def _positive_probability(self, X) -> np.ndarray:
         check_is_fitted(self, "posterior_")
         X = _check_X(X)

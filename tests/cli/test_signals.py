@@ -86,7 +86,9 @@ def test_an_interrupted_estimator_fit_raises_keyboard_interrupt(tmp_path):
     while XLA compiles takes effect when the compilation returns (under a loaded machine that was
     over a minute, which an earlier version of this test, signalling at the compile line, hit);
     the command line's watchdog covers that stretch, a library cannot (it must not end the
-    user's process). (The child leaves with os._exit: sweeps NumPyro dispatched ahead of the bar
+    user's process). A Ctrl-C that lands in JAX's garbage-collector callback is dropped by Python
+    (seen in loaded runs of this test); the fit's guard raises it again
+    (``latentzoo.inference.interrupts``, tested in tests/inference/test_interrupts.py). (The child leaves with os._exit: sweeps NumPyro dispatched ahead of the bar
     are still queued, and an interpreter's normal exit waits for them.)"""
     import re
 
@@ -127,7 +129,11 @@ def test_an_interrupted_estimator_fit_raises_keyboard_interrupt(tmp_path):
         assert proc.poll() is None, text
         sent = time.monotonic()
         proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=60)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:  # say why: a lost interrupt prints "Exception ignored"
+            pytest.fail("no KeyboardInterrupt 60 s after SIGINT: "
+                        + b"".join(chunks).decode(errors="replace")[-1500:])
     finally:
         if proc.poll() is None:
             proc.kill()
