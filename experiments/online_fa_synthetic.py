@@ -220,7 +220,7 @@ def report(rows, out, t0):
                 cell = f"{r['mean']:.4f}+-{r['stderr']:.4f}" + (f" ({pub:.4f})" if pub else "")
                 cells.append(f"{cell:>24s}")
             print(f"{D:>5} {'[1,' + str(s[1]) + ']':>12} " + " ".join(cells))
-    print(f"\nours_em / scikit-learn relative covariance distance at each T (mean over seeds of the ratio)")
+    print("\nours_em / scikit-learn relative covariance distance at each T (mean over seeds of the ratio)")
     print(f"{'D':>5} {'spectrum':>12} " + " ".join(f"{T:>8d}" for T in grid))
     for D in dims:
         for s in spectra:

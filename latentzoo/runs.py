@@ -371,7 +371,7 @@ def write_run(out: str, idata, *, family, method, seconds: float, data_name: str
         idata, latentzoo_model=family.name, latentzoo_method=method.name, latentzoo_data=data_name,
         latentzoo_seconds=float(seconds),
     )
-    replicates = add_stored_predictive(idata, family)
+    add_stored_predictive(idata, family)
     if requested_draws is not None and not is_point_fit(idata):
         # the sampler's own count where the run recorded it (mcmc_idata): a family may cap the
         # command line's request (--quick)

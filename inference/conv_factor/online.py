@@ -40,7 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from latentzoo.models.conv_factor import conv_factor, map_shape, reconstruct
+from latentzoo.models.conv_factor import conv_factor, reconstruct
 from latentzoo.inference.conjugate import beta_log_moments, gamma_moments
 from latentzoo.inference.gaussian import cov_from_tril, gaussian_block
 from latentzoo.inference.interrupts import interruptible

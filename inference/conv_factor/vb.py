@@ -304,7 +304,6 @@ def _normal_gamma_prior(loc0, mean, var, E_prec, E_log_prec):
 def cfa_elbo_terms(params, X, pri: CFAPriors) -> dict:
     """The analytic ELBO as terms: ``"X"`` the expected log-likelihood, one expected log prior
     per latent site under its name, ``"entropy"`` H[q]."""
-    N = X.shape[0]
     P = X[0].size
     K, C, h, w = params["d_loc"].shape
     E_g, El_g = _E(params, "gamma")

@@ -51,7 +51,6 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
-import numpy as np
 import numpyro
 import numpyro.distributions as dist
 from jax.scipy.special import xlog1py, xlogy

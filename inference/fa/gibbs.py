@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import jax.scipy.linalg as jsl
 import numpyro.distributions as dist
 
 

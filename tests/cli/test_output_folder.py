@@ -12,7 +12,6 @@ import time
 import numpy as np
 import pytest
 
-from latentzoo import arviz_adapter as azx
 from latentzoo import arviz_plots as azp
 from latentzoo.cli import main
 from latentzoo.results import MANIFEST, staged_run_dir

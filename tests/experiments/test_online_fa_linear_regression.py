@@ -3,7 +3,6 @@
 import csv
 import json
 import math
-import os
 
 import pytest
 
