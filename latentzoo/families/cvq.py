@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from functools import partial
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -56,12 +57,19 @@ def _run_point(X, cfg, *, method):
 
 
 def _run_gibbs(X, cfg):
-    from latentzoo.inference.cvq import cvq_updates
+    from latentzoo.inference.cvq import cvq_updates, init_from_data
     from latentzoo.inference.gibbs import ConjugateGibbs
 
     cfg = cfg._replace(samples=min(cfg.samples, 50), warmup=min(cfg.warmup, 50)) if cfg.quick else cfg
+    Xj = jnp.asarray(X)
+    # each chain from other data rows as its sources (init_from_data says why)
+    keys = jax.random.split(jax.random.PRNGKey(cfg.seed + 1), cfg.chains)
+    init = jax.vmap(lambda k: init_from_data(k, Xj, K=cfg.K))(keys)
+    if cfg.chains == 1:
+        init = jax.tree_util.tree_map(lambda a: a[0], init)
     # K fixes shapes: bound into the model, since MCMC traces the model's arguments
-    mcmc = runs.run_mcmc(ConjugateGibbs(partial(cvq, K=cfg.K), cvq_updates()), cfg, jnp.asarray(X))
+    mcmc = runs.run_mcmc(ConjugateGibbs(partial(cvq, K=cfg.K), cvq_updates()), cfg, Xj,
+                         init_params=init)
     post = mcmc.get_samples(group_by_chain=True)
     # NumPyro's own log-likelihood is p(x_n | s_n, ...), conditional on the dropped sources
     ll = _loglik(X, post["W"], post["pi"], 1.0 / np.sqrt(np.asarray(post["tau"])))

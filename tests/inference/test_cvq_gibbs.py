@@ -160,3 +160,36 @@ def test_runs_store_the_marginal_pointwise_log_likelihood(method):
     want = cvq_exact_loglik(jnp.asarray(X), draw["W"], draw["pi"], draw["sigma"], per_row=True)
     np.testing.assert_allclose(ll[c, d], want, rtol=1e-10)
     assert np.all(np.isfinite(ll))
+
+
+def test_chains_from_the_data_driven_start_find_sources_on_digits():
+    """Real data: 100 of scikit-learn's digits scaled to [0, 1], K = 8, 4 chains of 10 + 10
+    sweeps. From ``init_from_data`` every chain finds sources (sigma about 0.19); the control,
+    NumPyro's default start (W uniform on (-2, 2)), leaves chains with every source off (sigma
+    0.49, the data's root mean square: measured 3 of 4 chains here). Thresholds: 0.3 lies
+    between the two by a wide margin at these seeds."""
+    from functools import partial
+
+    from sklearn.datasets import load_digits
+
+    from latentzoo.inference.cvq import cvq_updates, init_from_data
+
+    X = jnp.asarray(load_digits().data[:100] / 16.0)
+    sigma = {}
+    for start in ("data", "default"):
+        init = None if start == "default" else \
+            jax.vmap(lambda k: init_from_data(k, X, K=8))(jax.random.split(jax.random.PRNGKey(1), 4))
+        mcmc = MCMC(ConjugateGibbs(partial(cvq, K=8), cvq_updates()), num_warmup=10, num_samples=10,
+                    num_chains=4, chain_method="vectorized", progress_bar=False)
+        mcmc.run(jax.random.PRNGKey(0), X, init_params=init)
+        tau = np.asarray(mcmc.get_samples(group_by_chain=True)["tau"])
+        sigma[start] = 1.0 / np.sqrt(tau.mean(1))
+    assert (sigma["data"] < 0.3).all(), sigma
+    assert (sigma["default"] > 0.4).any(), sigma  # the collapse the start avoids
+
+
+def test_the_data_driven_start_refuses_more_sources_than_rows():
+    from latentzoo.inference.cvq import init_from_data
+
+    with pytest.raises(ValueError, match="K must be between 1 and N = 3, got 4"):
+        init_from_data(jax.random.PRNGKey(0), jnp.ones((3, 2)), K=4)
