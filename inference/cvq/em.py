@@ -66,6 +66,7 @@ from latentzoo.inference.validation import check_matrix
 
 __all__ = [
     "cvq_guide",
+    "sources_from_rows",
     "cvq_vem",
     "cvq_exact_em",
     "cvq_vb_blocks",
@@ -222,14 +223,21 @@ def cvq_m_step(X, Es, M2):
     return W, pi, sigma
 
 
-def _init(rng_key, X, ctx=None, *, K, N=None, D=None, **_):
-    """W: K random data rows shrunk towards zero plus noise (sources are positive parts of the
-    data in the lecture's images); pi = 1/2; sigma = data s.d.; lam = 1/2."""
+def sources_from_rows(rng_key, X, K: int):
+    """(D, K) source images for a start: K distinct data rows, halved, plus noise at a tenth of
+    the data's s.d. (sources are positive parts of the data in the lecture's images). Used by
+    the point fits' start and the Gibbs sampler's (:func:`~latentzoo.inference.cvq.gibbs.init_from_data`)."""
     N, D = X.shape
     k1, k2 = jax.random.split(rng_key)
     rows = jax.random.choice(k1, N, (K,), replace=False)
+    return 0.5 * X[rows].T + 0.1 * jnp.std(X) * jax.random.normal(k2, (D, K), dtype=X.dtype)
+
+
+def _init(rng_key, X, ctx=None, *, K, N=None, D=None, **_):
+    """W from :func:`sources_from_rows`; pi = 1/2; sigma = data s.d.; lam = 1/2."""
+    N, D = X.shape
+    W = sources_from_rows(rng_key, X, K)
     scale = jnp.std(X)
-    W = 0.5 * X[rows].T + 0.1 * scale * jax.random.normal(k2, (D, K), dtype=X.dtype)
     return {
         "W_loc": W,
         "pi_loc": jnp.full(K, 0.5, X.dtype),

@@ -39,6 +39,7 @@ from latentzoo.inference.gaussian import gaussian_draw, mvn_from_precision
 from latentzoo.inference.tempering import temperature
 from latentzoo.inference.updates import GibbsUpdate, prior_params, unwrap
 
+from .em import sources_from_rows
 from .moves import source_move
 from .split_merge import split_merge_move
 
@@ -164,15 +165,11 @@ def init_from_data(key, X, *, K: int) -> dict:
     found the sources. Each key picks other rows: the chains start apart.
     Shapes: X (N, D) -> pi (K,), W (D, K), tau (), s (N, K).
     """
-    import jax
-
     N, D = X.shape
     if not 1 <= K <= N:
         raise ValueError(f"The number of sources K must be between 1 and N = {N}, got {K}.")
-    k_rows, k_noise = jax.random.split(key)
-    rows = jax.random.choice(k_rows, N, (K,), replace=False)
+    W = sources_from_rows(key, X, K)
     scale = jnp.sqrt(jnp.mean(X * X)) + jnp.finfo(X.dtype).tiny
-    W = 0.5 * X[rows].T + 0.1 * jnp.std(X) * jax.random.normal(k_noise, (D, K), X.dtype)
     return {
         "pi": jnp.full((K,), 0.5, X.dtype),
         "W": W,
