@@ -47,6 +47,11 @@ _SCRIPT = textwrap.dedent("""
         print(f"KeyboardInterrupt after {time.monotonic() - fired[0]:.2f} s")
     # the guard leaves Python's own handler in place
     print("handler restored", signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+    # and no watcher thread behind, also after a call that saw no signal
+    import threading
+    interruptible(lambda: None)()
+    time.sleep(0.2)
+    print("watchers left", sum(t.name == "latentzoo-interrupt" for t in threading.enumerate()))
 """)
 
 
@@ -63,6 +68,7 @@ def test_an_interrupt_lost_in_a_gc_callback_is_raised_again_within_a_second():
     line = next(s for s in out.splitlines() if s.startswith("KeyboardInterrupt after"))
     assert float(line.split()[2]) < 1.5, line  # re-raised after RESEND_AFTER_S (0.5 s)
     assert "handler restored True" in out, out
+    assert "watchers left 0" in out, out
 
 
 def test_without_the_guard_the_lost_interrupt_is_gone():
