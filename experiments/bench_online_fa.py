@@ -5,7 +5,9 @@ scikit-learn at T = 10^4.
 
 Throughput: ``OnlineFactorAnalysis`` (default EM, float32, batches of 32 rows, K = 20) in
 observations/s, against the thesis' Algorithm 2 one observation at a time in numpy, in the
-same run (ratio ``speedup_vs_thesis``).
+same run (ratio ``speedup_vs_thesis``), and on the CPU against the same fit compiled with XLA's
+default library fusion (``LATENTZOO_XLA_DOT_ONLY_FUSION=0``, see
+``latentzoo.inference.cpu_fusion``; ratio ``speedup_vs_xla_default_fusion``).
 
 Peak memory: the rise of the process' peak resident set size (VmHWM, reset before the fit)
 over the resident size with the data in memory and JAX's runtime started, measured in a fresh
@@ -297,11 +299,17 @@ def main(argv=None):
     n_rows = 8 * batch if a.quick else 16 * batch
     t_start = time.perf_counter()
     print(f"throughput: D={D}, K={K}, batches of {batch} rows, float32", flush=True)
-    child = subprocess.run(
-        [sys.executable, os.path.abspath(__file__), "--child", str(D), str(K), str(n_rows), str(batch)],
-        capture_output=True, text=True, check=True,
-    )
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", str(D), str(K), str(n_rows), str(batch)]
+    child = subprocess.run(cmd, capture_output=True, text=True, check=True)
     res = json.loads(child.stdout.strip().splitlines()[-1])
+    if res["device"].startswith("cpu"):
+        # the baseline in the same run: XLA's default library fusion for the batch scan
+        # (latentzoo.inference.cpu_fusion), everything else equal
+        env = {**os.environ, "LATENTZOO_XLA_DOT_ONLY_FUSION": "0"}
+        base = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True,
+                                         env=env).stdout.strip().splitlines()[-1])
+        res["xla_default_fusion_obs_per_s"] = base["obs_per_s"]
+        res["speedup_vs_xla_default_fusion"] = res["obs_per_s"] / base["obs_per_s"]
     res["thesis_obs_per_s"] = thesis_numpy_throughput(D, K, 10 if a.quick else 5)
     res["D"], res["K"], res["batch_size"] = D, K, batch
     res["mem_target_bytes"] = 4 * D * K * 4
@@ -320,6 +328,9 @@ def main(argv=None):
     print()
     print(f"{'metric':28s} {'value':>14s} {'target':>14s}")
     print(f"{'obs_per_s':28s} {res['obs_per_s']:14.1f} {'>= 200':>14s}")
+    if "xla_default_fusion_obs_per_s" in res:
+        print(f"{'  XLA default fusion':28s} {res['xla_default_fusion_obs_per_s']:14.1f} "
+              f"{'ratio %.2f' % res['speedup_vs_xla_default_fusion']:>14s}")
     print(f"{'bytes_per_step (least)':28s} {res['bytes_per_step']:14.3e} {'':>14s}")
     print(f"{'device':28s} {res['device']:>14s}")
     print(f"{'copy bandwidth (bytes/s)':28s} {res['bandwidth_bytes_per_s']:14.3e} {'':>14s}")

