@@ -62,6 +62,7 @@ TESTS = {
     "inference/ta/shift.py": ["tests/inference/test_update_checks.py", "tests/inference/test_ta_gibbs.py"],
     "inference/ta/mcem.py": ["tests/inference/test_ta_mcem.py"],
     "inference/mfa/em.py": ["tests/inference/test_mfa_em.py"],
+    "inference/mfa/moves.py": ["tests/inference/test_update_checks.py", "tests/inference/test_mfa_gibbs.py"],
     "inference/mcem.py": ["tests/inference/test_mcem.py"],
     "inference/ais.py": ["tests/inference/test_ais.py", "tests/inference/test_ta_ais.py"],
     "inference/samplers/replica_exchange.py": ["tests/inference/test_replica_exchange.py"],
@@ -214,6 +215,8 @@ FOCUS = {
     "inference/conv_factor/restore.py": ["impute_missing", "_chain"],
     "inference/ta/shift.py": None,
     "inference/mfa/em.py": ["_component_terms", "mfa_log_likelihood", "mfa_em_step"],
+    "inference/mfa/moves.py": ["shift_orbit", "shift_natural", "_shift_step", "scale_orbit",
+                               "scale_orbit_log_jacobian", "_scale_step"],
     # the MAP pseudo-counts and the exact E-step's statistics; the rest is plumbing
     "inference/noca/blocks.py": ["noca_log_prior", "read_noca_priors", "_hyper", "exact_statistics",
                                  "noca_data_init"],

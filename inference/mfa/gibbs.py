@@ -39,6 +39,9 @@ and each conditional is the product of the factors that involve its block, norma
 - ``psi_d | c, z, W, mu``: :math:`\mathrm{Gamma}(a + N/2,\ b + \tfrac12 \sum_n r_{nd}^2)`,
   :math:`r_{nd} = x_{nd} - w_{c_n d}^\top z_n - \mu_{c_n d}` (every row, whatever its component).
 - ``pi | c``: :math:`\mathrm{Dirichlet}(\alpha + (N_1, \dots, N_J))`.
+- the shift and scale moves (:mod:`latentzoo.inference.mfa.moves`): each component's factors
+  trade with its mean (translation group, an exact draw on the orbit) and with its loadings
+  (scale group, one MH step on the orbit).
 
 An empty component (:math:`N_j = 0`) gets its prior back from every formula above, so no special
 case is needed. Sums over "rows assigned to j" are one-hot-weighted sums over all rows, which
@@ -57,7 +60,8 @@ from latentzoo.inference import small_linalg
 from latentzoo.inference.conjugate import dirichlet_categorical_posterior, gamma_precision_posterior, normal_mean_posterior
 from latentzoo.inference.seeding import kmeans_pp_seeds
 from latentzoo.inference.gaussian import diag_embed, gaussian_draw, mvn_from_precision
-from latentzoo.inference.updates import GibbsUpdate, prior_params, unwrap
+from latentzoo.inference.mfa.moves import scale_move, shift_move
+from latentzoo.inference.updates import GibbsUpdate, Move, prior_params, unwrap
 
 __all__ = [
     "mfa_updates",
@@ -279,15 +283,20 @@ def pi_update() -> GibbsUpdate:
     return GibbsUpdate("pi | c", ("pi",), {"pi": DIRICHLET, "c": CATEGORICAL}, _pi_conditional)
 
 
-def mfa_updates(*, collapsed: bool = True) -> list[GibbsUpdate]:
+def mfa_updates(*, collapsed: bool = True, interweave: bool = True) -> list[GibbsUpdate | Move]:
     """The MFA update table in sweep order.
 
     ``collapsed=True`` (default): the (c, z) block, then W, mu, psi, pi. ``c | z`` follows the
     block as a stand-in: it is dropped while the block owns ``c``, and takes over ``c`` if a
     changed factor prior removes the block (z then falls back to NUTS). ``collapsed=False``: the
     plain Gibbs scan c | z, z | c, W, mu, psi, pi (valid, mixes worse; kept for comparison).
+    ``interweave=True`` (default) ends the sweep with the shift move of each component's factors
+    against its mean and the scale move of its loadings against its factors
+    (:mod:`latentzoo.inference.mfa.moves`): without them the mixture mean on the default data had
+    bulk ESS 74 in 4 x 4000 sweeps (R-hat 1.06).
     """
     params = [W_update(), mu_update(), psi_update(), pi_update()]
+    moves = [shift_move(), scale_move()] if interweave else []
     if collapsed:
-        return [cz_update(), c_given_z_update(), *params]
-    return [c_given_z_update(), z_given_c_update(), *params]
+        return [cz_update(), c_given_z_update(), *params, *moves]
+    return [c_given_z_update(), z_given_c_update(), *params, *moves]

@@ -180,6 +180,8 @@ MFA_CHECKS = FamilyChecks(
     sized_model_kwargs=lambda N, D: dict(N=N, D=D, K=1, J=2, priors={"mu": _tight_mu()}),
     # one row: at least one component has none
     edge_model_kwargs=(dict(N=1, D=1, K=1, J=2, priors={"mu": _tight_mu()}),),
+    # one component, one factor: the shift and scale moves each travel a one-dimensional orbit
+    orbit_model_kwargs=dict(N=3, D=6, K=1, J=1),
 )
 
 MFA = register(

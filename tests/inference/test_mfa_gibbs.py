@@ -233,3 +233,63 @@ def test_labels_recovered_on_separated_clusters(clustered_run):
     for chain in c:
         aris = [adjusted_rand_score(labels, draw) for draw in chain[-20:]]
         assert min(aris) > 0.95, aris
+
+
+# ----------------------------------------------------------------- moves on their orbits
+# The right moves pass check_move_on_orbit in test_update_checks (every family's moves, at the
+# family's orbit sizes and random priors); here, at non-default priors of the moved sites, each
+# passes and a planted slip in it fails the same check.
+ORBIT_PRIORS = {"mu": dist.Normal(0.5, 0.7), "z": dist.Normal(0.2, 1.6)}
+
+
+def _orbit(move, seed=0):
+    from latentzoo.inference.checks import check_move_on_orbit
+    from latentzoo.registry import families
+
+    kw = {**families()["mfa"].checks.orbit_model_kwargs, "priors": ORBIT_PRIORS}
+    return check_move_on_orbit(mfa, move, kw, jax.random.PRNGKey(seed))
+
+
+def test_shift_without_the_mean_prior_misses_its_orbit_target():
+    # The slip: t drawn from the factors' prior term alone (the mean's prior term dropped from
+    # its precision and linear term).
+    from latentzoo.inference.gaussian import gaussian_draw
+    from latentzoo.inference.mfa import moves
+    from latentzoo.inference.updates import prior_params
+
+    def factors_term_only(key, values, obs, priors):
+        z = values["z"]
+        J = values["mu"].shape[0]
+        R = jax.nn.one_hot(values["c"], J, dtype=z.dtype)
+        mz, sz = prior_params(priors["z"], z.shape, "loc", "scale")
+        P = jax.vmap(jnp.diag)(R.T @ (1.0 / sz**2))
+        return moves.shift_orbit(values, gaussian_draw(key, P, R.T @ ((mz - z) / sz**2)))
+
+    right = _orbit(moves.shift_move())
+    assert right.passed, (right.z_scores, right.exact_moments, right.chain_moments)
+    bad = _orbit(moves.shift_move()._replace(step=factors_term_only))
+    assert not bad.passed, (bad.z_scores, bad.exact_moments, bad.chain_moments)
+
+
+def test_scale_without_its_jacobian_misses_its_orbit_target():
+    # The slip: an MH step on t that targets p(orbit(t)) without the action's Jacobian
+    # e^{(D - N_j) t} (a random-walk proposal, so only the target differs).
+    from latentzoo.inference.mfa import moves
+    from latentzoo.inference.updates import elementwise_log_prob
+
+    def no_jacobian(key, values, obs, priors):
+        W, z, c = values["W"], values["z"], values["c"]
+        t_new = 0.3 * jax.random.normal(key, (W.shape[0], W.shape[2]), dtype=W.dtype)
+
+        def log_target(t):
+            return (elementwise_log_prob(priors["W"], W * jnp.exp(t)[:, None, :]).sum()
+                    + elementwise_log_prob(priors["z"], z * jnp.exp(-t[c])).sum())
+
+        u = jax.random.uniform(jax.random.fold_in(key, 1), dtype=W.dtype)
+        accept = jnp.log(u) < log_target(t_new) - log_target(jnp.zeros_like(t_new))
+        return moves.scale_orbit(values, jnp.where(accept, t_new, 0.0))
+
+    right = _orbit(moves.scale_move())
+    assert right.passed, (right.z_scores, right.exact_moments, right.chain_moments)
+    bad = _orbit(moves.scale_move()._replace(step=no_jacobian))
+    assert not bad.passed, (bad.z_scores, bad.exact_moments, bad.chain_moments)
