@@ -8,7 +8,6 @@ import re
 import numpy as np
 import pytest
 
-import jax
 import jax.numpy as jnp
 
 from latentzoo.inference import cpu_fusion
