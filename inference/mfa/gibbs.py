@@ -43,6 +43,11 @@ and each conditional is the product of the factors that involve its block, norma
   trade with its mean (translation group, an exact draw on the orbit) and with its loadings
   (scale group, one MH step on the orbit).
 
+Tempered (replica exchange's hotter copies, :math:`p(X \mid \cdot)^\beta`): every formula above
+holds with :math:`\psi` replaced by :math:`\beta\psi` in the likelihood's terms, and the noise
+update becomes :math:`\mathrm{Gamma}(a + \beta N/2,\ b + \tfrac\beta2 \sum_n r_{nd}^2)`; the
+updates read :math:`\beta` from the model, so the table has a tempered form.
+
 An empty component (:math:`N_j = 0`) gets its prior back from every formula above, so no special
 case is needed. Sums over "rows assigned to j" are one-hot-weighted sums over all rows, which
 keeps every update a fixed-shape, jit-friendly array expression vectorised over j and d.
@@ -59,6 +64,7 @@ from latentzoo.models.mfa import component_means
 from latentzoo.inference import small_linalg
 from latentzoo.inference.conjugate import dirichlet_categorical_posterior, gamma_precision_posterior, normal_mean_posterior
 from latentzoo.inference.seeding import kmeans_pp_seeds
+from latentzoo.inference.tempering import temperature
 from latentzoo.inference.gaussian import diag_embed, gaussian_draw, mvn_from_precision
 from latentzoo.inference.mfa.moves import scale_move, shift_move
 from latentzoo.inference.updates import GibbsUpdate, Move, prior_params, unwrap
@@ -83,6 +89,14 @@ DIRICHLET = (dist.Dirichlet,)
 CATEGORICAL = (dist.CategoricalProbs, dist.CategoricalLogits)
 
 
+def _lik_precision(values, priors):
+    """beta * psi (D,): the noise precisions as the likelihood's temperature beta sees them.
+    p(x | .)^beta is N(x; mean, diag(1/(beta psi))) times a factor free of c, z, W and mu, so every
+    conditional of those is the untempered one at precision beta * psi (beta = 1 unless the
+    model is tempered, as replica exchange's hotter copies are)."""
+    return temperature(priors["X"]) * values["psi"]
+
+
 def _onehot(values):
     """R (N, J): one-hot labels, in the data's float dtype so sums are plain matmuls."""
     return jax.nn.one_hot(values["c"], values["W"].shape[0], dtype=values["W"].dtype)
@@ -103,7 +117,7 @@ def _z_prior(values, priors):
 
 def _component_precisions(values, priors):
     """M_j = S_z^{-1} + W_jᵀ Ψ W_j, (J, K, K): the posterior precision of z_n given c_n = j."""
-    W, psi = values["W"], values["psi"]
+    W, psi = values["W"], _lik_precision(values, priors)
     _, p0 = _z_prior(values, priors)
     WtPsi = jnp.swapaxes(W, -1, -2) * psi  # (J, K, D)
     return WtPsi @ W + diag_embed(p0), WtPsi
@@ -112,7 +126,7 @@ def _component_precisions(values, priors):
 # ---------------------------------------------------------------------- labels and factors
 def c_marginal_logits(values, obs, priors):
     """log pi_j + log N(x_n; mu_j + W_j m_z, C_j), (N, J), by Woodbury (z integrated out)."""
-    X, W, mu, psi = obs["X"], values["W"], values["mu"], values["psi"]
+    X, W, mu, psi = obs["X"], values["W"], values["mu"], _lik_precision(values, priors)
     D = X.shape[-1]
     m, p0 = _z_prior(values, priors)
     M, WtPsi = _component_precisions(values, priors)
@@ -171,7 +185,8 @@ def _z_draw(key, values, obs, priors):
 
 
 def c_conditional(values, obs, priors):
-    X, W, mu, psi, z = obs["X"], values["W"], values["mu"], values["psi"], values["z"]
+    X, W, mu, z = obs["X"], values["W"], values["mu"], values["z"]
+    psi = _lik_precision(values, priors)
     r = X[:, None, :] - jnp.einsum("jdk,nk->njd", W, z) - mu[None]  # (N, J, D)
     # The log psi_d / 2 terms are the same for every j and cancel in the normalisation.
     return {"c": dist.Categorical(logits=_log_weights(priors) - 0.5 * (r * r) @ psi)}
@@ -180,7 +195,7 @@ def c_conditional(values, obs, priors):
 # --------------------------------------------------------------------- component parameters
 def _W_natural(values, obs, priors):
     """P (J, D, K, K) and h (J, D, K) of each row w_jd given the rows assigned to j."""
-    X, z, mu, psi = obs["X"], values["z"], values["mu"], values["psi"]
+    X, z, mu, psi = obs["X"], values["z"], values["mu"], _lik_precision(values, priors)
     J, D, K = values["W"].shape
     R = _onehot(values)
     loc0, scale0 = prior_params(priors["W"], (J, D, K), "loc", "scale")
@@ -201,7 +216,7 @@ def _W_draw(key, values, obs, priors):
 
 
 def _mu_conditional(values, obs, priors):
-    X, z, W, psi = obs["X"], values["z"], values["W"], values["psi"]
+    X, z, W, psi = obs["X"], values["z"], values["W"], _lik_precision(values, priors)
     J, D = values["mu"].shape
     R = _onehot(values)
     loc0, scale0 = prior_params(priors["mu"], (J, D), "loc", "scale")
@@ -214,7 +229,8 @@ def _psi_conditional(values, obs, priors):
     N, D = X.shape
     a0, b0 = prior_params(priors["psi"], (D,), "concentration", "rate")
     r = X - component_means(values["W"], values["mu"], values["z"], values["c"])
-    return {"psi": gamma_precision_posterior(a0, b0, N, (r * r).sum(0))}
+    beta = temperature(priors["X"])  # p(x | psi)^beta: psi^(beta N/2) exp(-beta psi sum r^2 / 2)
+    return {"psi": gamma_precision_posterior(a0, b0, beta * N, beta * (r * r).sum(0))}
 
 
 def _pi_conditional(values, obs, priors):
@@ -253,34 +269,40 @@ def init_from_data(key, X, *, J: int, K: int):
 def cz_update() -> GibbsUpdate:
     """(c, z) as one exact block: c from its z-marginalised conditional, then z | c."""
     requires = {"c": CATEGORICAL, "z": NORMAL, "X": NORMAL}
-    return GibbsUpdate("(c, z) | W, mu, psi, pi (block)", ("c", "z"), requires, draw=_cz_draw)
+    return GibbsUpdate("(c, z) | W, mu, psi, pi (block)", ("c", "z"), requires, draw=_cz_draw,
+                       tempered=True)
 
 
 def c_given_z_update() -> GibbsUpdate:
     requires = {"c": CATEGORICAL, "X": NORMAL}
-    return GibbsUpdate("c | z, W, mu, psi, pi", ("c",), requires, c_conditional)
+    return GibbsUpdate("c | z, W, mu, psi, pi", ("c",), requires, c_conditional, tempered=True)
 
 
 def z_given_c_update() -> GibbsUpdate:
     requires = {"z": NORMAL, "X": NORMAL}
-    return GibbsUpdate("z | c, W, mu, psi", ("z",), requires, _z_conditional, _z_draw)
+    return GibbsUpdate("z | c, W, mu, psi", ("z",), requires, _z_conditional, _z_draw, tempered=True)
 
 
 def W_update() -> GibbsUpdate:
     requires = {"W": NORMAL, "X": NORMAL}
-    return GibbsUpdate("W | c, z, mu, psi (rows)", ("W",), requires, _W_conditional, _W_draw)
+    return GibbsUpdate("W | c, z, mu, psi (rows)", ("W",), requires, _W_conditional, _W_draw,
+                       tempered=True)
 
 
 def mu_update() -> GibbsUpdate:
-    return GibbsUpdate("mu | c, z, W, psi", ("mu",), {"mu": NORMAL, "X": NORMAL}, _mu_conditional)
+    return GibbsUpdate("mu | c, z, W, psi", ("mu",), {"mu": NORMAL, "X": NORMAL}, _mu_conditional,
+                       tempered=True)
 
 
 def psi_update() -> GibbsUpdate:
-    return GibbsUpdate("psi | c, z, W, mu", ("psi",), {"psi": GAMMA, "X": NORMAL}, _psi_conditional)
+    return GibbsUpdate("psi | c, z, W, mu", ("psi",), {"psi": GAMMA, "X": NORMAL}, _psi_conditional,
+                       tempered=True)
 
 
 def pi_update() -> GibbsUpdate:
-    return GibbsUpdate("pi | c", ("pi",), {"pi": DIRICHLET, "c": CATEGORICAL}, _pi_conditional)
+    # no likelihood term: the same at every temperature
+    return GibbsUpdate("pi | c", ("pi",), {"pi": DIRICHLET, "c": CATEGORICAL}, _pi_conditional,
+                       tempered=True)
 
 
 def mfa_updates(*, collapsed: bool = True, interweave: bool = True) -> list[GibbsUpdate | Move]:

@@ -119,6 +119,7 @@ def shift_move() -> Move:
         _shift_step,
         orbit=shift_orbit,
         coordinate=shift_coordinate,
+        tempered=True,  # the likelihood is not read: exact at every temperature
     )
 
 
@@ -182,4 +183,5 @@ def scale_move() -> Move:
         orbit=scale_orbit,
         orbit_log_jacobian=scale_orbit_log_jacobian,
         coordinate=scale_coordinate,
+        tempered=True,  # the likelihood is not read: exact at every temperature
     )

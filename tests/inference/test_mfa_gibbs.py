@@ -137,6 +137,31 @@ def _block_and_joint_changes(key):
     return jnp.any(a["c"] != b["c"]), d_block, d_joint
 
 
+@jax.jit
+def _tempered_block_and_joint_changes(key):
+    # the same at beta = 0.3: replica exchange's hotter copies run the block on p(X | .)^beta
+    from latentzoo.inference.tempering import temper
+
+    hot = temper(mfa, 0.3)
+    a, X = simulate(hot, CHECK, key)
+    priors, obs, _ = read_model(hot, a, (X,), CHECK)
+    b = {**a, **mg.cz_update().sample(jax.random.fold_in(key, 1), a, obs, priors)}
+    d_block = mg.cz_log_prob(a, obs, priors) - mg.cz_log_prob(b, obs, priors)
+    d_joint = log_density(hot, (X,), CHECK, a)[0] - log_density(hot, (X,), CHECK, b)[0]
+    # the control: the untempered block's density (beta left out) against the tempered joint
+    cold_priors, _, _ = read_model(mfa, a, (X,), CHECK)
+    d_cold = mg.cz_log_prob(a, obs, cold_priors) - mg.cz_log_prob(b, obs, cold_priors)
+    return jnp.any(a["c"] != b["c"]), d_block, d_joint, d_cold
+
+
+def test_tempered_block_density_matches_the_tempered_joint():
+    for key in jax.random.split(jax.random.PRNGKey(6), 3):
+        relabelled, d_block, d_joint, d_cold = _tempered_block_and_joint_changes(key)
+        assert bool(relabelled)
+        assert abs(float(d_block - d_joint)) < 1e-9 * (1.0 + abs(float(d_joint)))
+        assert abs(float(d_cold - d_joint)) > 1e-3  # a block that ignores beta is seen
+
+
 def test_block_density_matches_joint_density():
     # log p(c, z | rest) must change exactly as the joint does between the prior's (c, z) and a
     # block draw (which relabels some rows, so the label half is exercised too).
