@@ -2,7 +2,8 @@
 quantities, the current Gibbs table against the table without its moves and against NUTS, in the
 same run.
 
-    python experiments/bench_mixing.py [--only fa,mfa] [--data default|real] [--quick] [--json OUT]
+    python experiments/bench_mixing.py [--only fa,mfa,ta,mta,rank-svm,cvq] [--data default|real]
+                                       [--quick] [--json OUT]
 
 Each variant is ``latentzoo run MODEL`` at the command line's defaults (4 chains of 1000 warm-up
 sweeps + 4000 draws, or what ``--warmup``/``--samples``/``--chains`` say) in a fresh process, so
@@ -19,7 +20,10 @@ before the command line runs):
 - fa: Gibbs (z, W, mu, psi + scale, shear and shift interweaving moves); Gibbs without the moves
   (``fa_updates(interweave=False)``); NUTS over the same model;
 - mfa: Gibbs ((c, z) block, W, mu, psi, pi + shift and scale moves per component); Gibbs without
-  the moves (``mfa_updates(interweave=False)``). NUTS cannot sample MFA's discrete labels.
+  the moves (``mfa_updates(interweave=False)``). NUTS cannot sample MFA's discrete labels;
+- ta, mta: Gibbs; Gibbs without the collapsed label move and the shift move;
+- rank-svm: Gibbs; Gibbs without the factor-scale and hierarchy-scale moves; NUTS;
+- cvq: Gibbs; Gibbs without the split-merge move.
 
 Targets (issue "Converged in the default budget"): >= 10x NUTS in min ESS per second and >= 100
 min ESS per 1000 sweeps. Ratios are against the family's first variant (the current table).
@@ -42,13 +46,27 @@ from convergence import real_data  # noqa: E402
 
 SCRIPT = "bench_mixing.py"
 
-# family -> [(label, method, the update-table factory to call with interweave=False, or None)]
+# family -> [(label, method, None or (module, update-table factory, keyword arguments that switch
+# its moves off), extra command-line arguments)]
 VARIANTS = {
-    "fa": [("gibbs", "gibbs", None),
-           ("gibbs, no moves", "gibbs", ("latentzoo.inference.fa", "fa_updates")),
-           ("nuts", "nuts", None)],
-    "mfa": [("gibbs", "gibbs", None),
-            ("gibbs, no moves", "gibbs", ("latentzoo.inference.mfa", "mfa_updates"))],
+    "fa": [("gibbs", "gibbs", None, []),
+           ("gibbs, no moves", "gibbs", ("latentzoo.inference.fa", "fa_updates", {"interweave": False}), []),
+           ("nuts", "nuts", None, [])],
+    "mfa": [("gibbs", "gibbs", None, []),
+            ("gibbs, no moves", "gibbs", ("latentzoo.inference.mfa", "mfa_updates", {"interweave": False}), [])],
+    "ta": [("gibbs", "gibbs", None, []),
+           ("gibbs, no moves", "gibbs",
+            ("latentzoo.inference.ta", "ta_updates", {"collapsed_move": False, "shift": False}), [])],
+    "mta": [("gibbs", "gibbs", None, []),
+            ("gibbs, no moves", "gibbs",
+             ("latentzoo.inference.ta", "mta_updates", {"collapsed_move": False, "shift": False}), [])],
+    "rank-svm": [("gibbs", "gibbs", None, []),
+                 ("gibbs, no scale moves", "gibbs",
+                  ("latentzoo.inference.rank_svm", "rank_svm_updates", {"scale": False}), []),
+                 ("nuts", "nuts", None, [])],
+    "cvq": [("gibbs", "gibbs", None, []),
+            ("gibbs, no split-merge", "gibbs",
+             ("latentzoo.inference.cvq", "cvq_updates", {"with_split_merge": False}), [])],
 }
 
 # the child: switch the moves off where asked, then run the command line
@@ -57,7 +75,7 @@ import functools, importlib, json, sys
 argv, plain = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 if plain:
     module = importlib.import_module(plain[0])
-    setattr(module, plain[1], functools.partial(getattr(module, plain[1]), interweave=False))
+    setattr(module, plain[1], functools.partial(getattr(module, plain[1]), **plain[2]))
 from latentzoo.cli import main
 sys.exit(main(argv))
 """
@@ -76,11 +94,11 @@ def read_run(folder: str) -> dict:
             "max_rhat": float(rhat.max()), "seconds": seconds}
 
 
-def run_variant(model, label, method, plain, sizes, data) -> dict:
+def run_variant(model, label, method, plain, extra, sizes, data) -> dict:
     row = {"model": model, "variant": label, "method": method, "data": data}
     with tempfile.TemporaryDirectory() as folder:
         out = os.path.join(folder, "run")
-        argv = ["run", model, "--method", method, "--no-progress", "--out", out, *sizes]
+        argv = ["run", model, "--method", method, "--no-progress", "--out", out, *sizes, *extra]
         if data == "real":
             argv += real_data(model, folder)
         t0 = time.perf_counter()
@@ -97,6 +115,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--only", default="", help="comma-separated families (default: all listed)")
     p.add_argument("--data", default="default", choices=("default", "real"))
+    p.add_argument("--methods", default="", help="comma-separated methods to keep (default: all)")
     p.add_argument("--chains", type=int, default=4)
     p.add_argument("--warmup", type=int, default=1000)
     p.add_argument("--samples", type=int, default=4000)
@@ -118,8 +137,11 @@ def main(argv=None):
     rows = []
     for model in keep:
         first = None
-        for label, method, plain in VARIANTS[model]:
-            row = run_variant(model, label, method, plain, sizes, args.data)
+        methods = {m for m in args.methods.split(",") if m}
+        for label, method, plain, extra in VARIANTS[model]:
+            if methods and method not in methods:
+                continue
+            row = run_variant(model, label, method, plain, extra, sizes, args.data)
             rows.append(row)
             if "error" in row:
                 print(f"{model:6} {label:16} failed: {row['error']}", flush=True)

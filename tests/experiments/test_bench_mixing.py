@@ -11,7 +11,7 @@ import pytest
 
 
 @pytest.mark.parametrize("argv, phrase", [
-    (["--only", "cvq"], "without variants here"),
+    (["--only", "noca"], "without variants here"),
     (["--chains", "1"], "--chains must be at least 2"),
 ])
 def test_bad_input_is_one_sentence(load_experiment, capsys, argv, phrase, tmp_path):
@@ -29,7 +29,7 @@ def test_the_child_switches_the_moves_off(load_experiment):
     code = mod._CHILD.split("from latentzoo.cli import main")[0] + (
         "import latentzoo.inference.mfa as m\n"
         "print(json.dumps([u.name for u in m.mfa_updates()]))\n")
-    plain = json.dumps(["latentzoo.inference.mfa", "mfa_updates"])
+    plain = json.dumps(["latentzoo.inference.mfa", "mfa_updates", {"interweave": False}])
     names = json.loads(subprocess.run([sys.executable, "-c", code, "[]", plain], capture_output=True,
                                       text=True, check=True).stdout)
     assert names and not any("interweaving" in n for n in names), names
