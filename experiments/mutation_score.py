@@ -243,10 +243,10 @@ EQUIVALENT = {
      "accept = (jnp.log(jax.random.uniform(k_acc, ll.shape, ll.dtype)) <= ll_prop - ll)"):
         "u is a continuous uniform draw: log u == ll_prop - ll has probability 0",
     ("inference/mfa/moves.py", "_scale_step",
-     "a_safe = jnp.where(moved, a, 1.0)",
-     "a_safe = jnp.where(moved, a, (2.0))"):
-        "a_safe only stands in where a column of W is all zeros (moved is False): the step's t is "
-        "then 0 whatever the proposal, so any positive placeholder gives the same move",
+     "t_mode, sigma = scale_proposal(jnp.where(moved, a, 1.0), b, p)  # the Laplace proposal FA's move uses",
+     "t_mode, sigma = scale_proposal(jnp.where(moved, a, (2.0)), b, p)  # the Laplace proposal FA's move uses"):
+        "the placeholder only stands in where a column of W is all zeros (moved is False): the "
+        "step's t is then 0 whatever the proposal, so any positive placeholder gives the same move",
     ("inference/mfa/em.py", "_component_terms",
      "r = X[None] - mu[:, None, :]  # (J, N, D)",
      "r = (-(X[None] - mu[:, None, :]))  # (J, N, D)"):

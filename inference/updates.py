@@ -38,6 +38,7 @@ from .tempering import Tempered
 
 
 __all__ = [
+    "scale_proposal",
     "GibbsUpdate",
     "Move",
     "unwrap",
@@ -177,3 +178,12 @@ class Elementwise(metaclass=_ElementwiseMeta):
 
 
 ELEMENTWISE = (Elementwise,)
+
+
+def scale_proposal(a, b, p):
+    """Mode and Laplace scale (t_mode, sigma) of ``p t - a e^{2t}/2 - b e^{-2t}/2``, the scale
+    move's exact target in t = log c under zero-mean Normal priors (a = sum W^2/s_W^2, b = sum
+    z^2/s_z^2, p the Jacobian's power). Both are equivariant under the move, which keeps an MH
+    step that proposes from N(t_mode, sigma^2) valid for any prior. Arrays broadcast; a > 0."""
+    u = (p + jnp.sqrt(p**2 + 4.0 * a * b)) / (2.0 * a)
+    return 0.5 * jnp.log(u), 1.0 / jnp.sqrt(2.0 * a * u + 2.0 * b / u)

@@ -52,6 +52,7 @@ from latentzoo.inference.updates import (
     Move,
     elementwise_log_prob,
     prior_params,
+    scale_proposal,
     unwrap,
 )
 
@@ -140,11 +141,7 @@ def scale_step(key, values, obs, priors, jacobian_power=None):
     b = (z**2 / sz**2).sum(0)
     # |d(W c, z / c)/d(W, z)| = c^(D - N) per column; times Haar dc/c = dt.
     p = D - N if jacobian_power is None else jacobian_power
-    # mode and curvature of p t - a e^{2t}/2 - b e^{-2t}/2 (exact target for N(0, s) priors);
-    # both are equivariant under the move, which keeps the MH step valid for any prior.
-    u = (p + jnp.sqrt(p**2 + 4.0 * a * b)) / (2.0 * a)
-    t_mode = 0.5 * jnp.log(u)
-    sigma = 1.0 / jnp.sqrt(2.0 * a * u + 2.0 * b / u)
+    t_mode, sigma = scale_proposal(a, b, p)  # latentzoo.inference.updates
 
     def log_target(t):  # t: (K,)
         lw = elementwise_log_prob(priors["W"], W * jnp.exp(t)).sum(0)

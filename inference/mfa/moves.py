@@ -60,7 +60,8 @@ import jax.numpy as jnp
 import numpyro.distributions as dist
 
 from latentzoo.inference.gaussian import diag_embed, gaussian_draw
-from latentzoo.inference.updates import ELEMENTWISE, Move, elementwise_log_prob, prior_params, unwrap
+from latentzoo.inference.updates import (ELEMENTWISE, Move, elementwise_log_prob, prior_params,
+                                         scale_proposal, unwrap)
 
 __all__ = ["shift_move", "shift_orbit", "shift_coordinate", "shift_natural",
            "scale_move", "scale_orbit", "scale_orbit_log_jacobian", "scale_coordinate"]
@@ -153,11 +154,7 @@ def _scale_step(key, values, obs, priors):
     b = R.T @ (z**2 / sz**2)  # (J, K)
     p = (D - R.sum(0))[:, None]  # (J, 1)
     moved = a > 0
-    a_safe = jnp.where(moved, a, 1.0)
-    # mode and curvature of p t - a e^{2t}/2 - b e^{-2t}/2; both equivariant under the move
-    u = (p + jnp.sqrt(p**2 + 4.0 * a_safe * b)) / (2.0 * a_safe)
-    t_mode = 0.5 * jnp.log(u)
-    sigma = 1.0 / jnp.sqrt(2.0 * a_safe * u + 2.0 * b / u)
+    t_mode, sigma = scale_proposal(jnp.where(moved, a, 1.0), b, p)  # the Laplace proposal FA's move uses
 
     def log_target(t):  # (J, K)
         lw = elementwise_log_prob(priors["W"], W * jnp.exp(t)[:, None, :]).sum(1)
