@@ -92,7 +92,9 @@ def test_an_interrupted_estimator_fit_raises_keyboard_interrupt(tmp_path):
     are still queued, and an interpreter's normal exit waits for them.)"""
     import re
 
-    code = (
+    code = (  # Python's own SIGINT handler, as in a terminal (a runner started with nohup ... &
+        # ignores SIGINT, and a child that inherits that raises no KeyboardInterrupt at all)
+        "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "import numpy as np\n"
         "from latentzoo.inference.rank_svm.classifier import RankFactorSVC\n"
         "rng = np.random.default_rng(0)\n"

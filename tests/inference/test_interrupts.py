@@ -17,8 +17,11 @@ pytestmark = pytest.mark.smoke  # signal delivery differs across Python versions
 # A gc callback that raises SIGINT and lets the handler run inside it (the loop's backward jumps
 # are where Python runs pending handlers), so the KeyboardInterrupt is dropped there, as when a
 # real Ctrl-C lands in JAX's callback. Then the block runs a Python loop for up to 5 s.
+# SIGINT starts at Python's own handler, as in a terminal: a runner started in the background
+# (nohup ... &) ignores SIGINT, its children inherit that, and Python then installs no handler.
 _SCRIPT = textwrap.dedent("""
     import gc, signal, sys, time
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from latentzoo.inference.interrupts import interruptible, keyboard_interrupts_kept
     fired = []
     def lose_one(phase, info):
