@@ -6,7 +6,8 @@
   beyond the Bonferroni threshold at these sizes, so the short run keeps the power to fail;
 - its coordinate-ascent sweeps never decrease the ELBO (at non-default hyperparameters);
 - ``latentzoo run <family> --quick`` writes posterior.nc, summary.csv and trace.png, and
-  ``latentzoo diagnose`` reads them back;
+  ``latentzoo diagnose`` reads them back (here for families whose first method is a point fit;
+  tests/cli/test_every_method.py runs the others' first sampler the same way and checks more);
 - bad input of its data kind ends in one sentence and exit 2 with nothing written.
 """
 
@@ -24,6 +25,7 @@ from latentzoo.inference.checks import geweke_tests, sbc_runs
 from latentzoo.inference.gibbs import ConjugateGibbs
 from latentzoo.inference.updates import GibbsUpdate
 from latentzoo.registry import families
+from tests.cli.test_every_method import PAIRS as EVERY_METHOD_PAIRS
 
 ZOO = families()
 WITH_CHECKS = [f for f in ZOO.values() if f.checks is not None]
@@ -152,7 +154,18 @@ def _quick_argv(family, out):
     return argv
 
 
-@pytest.mark.parametrize("family", list(ZOO.values()), ids=ids)
+# A family whose first method is a sampler gets this run (the same argv, so the same programs) and
+# more from tests/cli/test_every_method.py (the run, diagnose, plain ArviZ on the file); running it
+# here too cost ~65 s of the suite for nothing new. The rest (a point fit first) run here.
+QUICK_HERE = [f for f in ZOO.values()
+              if (f.name, f.methods[0].name) not in set(EVERY_METHOD_PAIRS)]
+
+
+def test_every_familys_quick_run_is_tested_somewhere():
+    assert {f.name for f in QUICK_HERE} | {m for m, _ in EVERY_METHOD_PAIRS} == set(ZOO)
+
+
+@pytest.mark.parametrize("family", QUICK_HERE, ids=ids)
 def test_quick_run_writes_the_run_folder_and_diagnose_reads_it(family, tmp_path):
     out = tmp_path / family.name
     assert main(_quick_argv(family, out)) == 0

@@ -51,10 +51,10 @@ def _plain_arviz_on_the_saved_run(path, family):
 
 
 def _argv(model, method, tmp_path, out):
-    """A family's first method runs exactly as test_conformance's quick run does (its embedded
-    data, --quick, 2 chains of 30 + 30), so the two tests compile the same programs and the
-    second loads them from the suite's compilation cache; every other method reads the first
-    40 rows of the default data from a file (the --data path of each data kind)."""
+    """A family's first method runs as a user's first quick run does (its embedded data,
+    --quick, 2 chains of 30 + 30; test_conformance leaves these families' quick run to this
+    test); every other method reads the first 40 rows of the default data from a file (the
+    --data path of each data kind)."""
     family = families()[model]
     if method == family.methods[0].name:
         return ["run", model, "--quick", "--no-progress", "--out", str(out),
