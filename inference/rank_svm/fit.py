@@ -11,6 +11,7 @@ import numpy as np
 from numpyro.infer import MCMC
 
 from latentzoo.inference.gibbs import ConjugateGibbs
+from latentzoo.inference.rank_svm.classifier_scale import classifier_scale_move
 from latentzoo.inference.rank_svm.dp import dp_updates, t_lam_update
 from latentzoo.inference.rank_svm.gibbs import A_update, beta_update, lam_update, tau_update, z_update
 from latentzoo.inference.rank_svm.moves import hierarchy_scale_move, scale_move
@@ -30,8 +31,9 @@ def rank_svm_updates(variant: str, *, scale: bool = True) -> list:
 
     Order of a sweep: the augmentations (with t for NL), z, A, τ (G), β, the two shrinkage
     hierarchies, then the DP mixture's ν, α, μ, ψ (NL), then (``scale``) the factor-scale move
-    and the two hierarchy-scale moves of :mod:`latentzoo.inference.rank_svm.moves`, our
-    additions for mixing.
+    and the two hierarchy-scale moves of :mod:`latentzoo.inference.rank_svm.moves` and the
+    classifier-scale move of :mod:`latentzoo.inference.rank_svm.classifier_scale`, our additions
+    for mixing.
     """
     if variant not in VARIANTS:
         raise ValueError(f"Unknown variant {variant!r}; choose one of {', '.join(VARIANTS)}.")
@@ -51,6 +53,7 @@ def rank_svm_updates(variant: str, *, scale: bool = True) -> list:
         table.append(scale_move(mixture=mixture))
         table.append(hierarchy_scale_move("A", "xi_a", "eta_a", "Phi_a", "Phi_tilde_a"))
         table.append(hierarchy_scale_move("beta", "b_beta", "e_beta", "Phi_beta", "Phi_tilde_beta"))
+        table.append(classifier_scale_move())
     return table
 
 
