@@ -2,10 +2,10 @@ r"""A move of the classifier's scale for the rank SVM: β and its whole shrinkag
 rescaled at once, with the SVM's augmentation λ^c integrated out and drawn again afterwards.
 
 Why: on separable (or nearly separable) training labels the hinge pseudo-likelihood is flat in
-the size of β once every margin is met, so the posterior of |β| (and of the global scale Φ^(β)
+the size of β once every margin is met, so the posterior of the size of β (and of the global scale Φ^(β)
 that goes with it) has the horseshoe prior's heavy tail. The Gibbs updates move that size only
 through λ^c (tied to the current scores) and one level of the hierarchy at a time: in the
-default run the chains disagreed on |β| by a factor 10 and ``Phi_beta`` had R-hat 1.22, ESS 13.
+default run the chains disagreed on the size of β by a factor 10 and ``Phi_beta`` had R-hat 1.22, ESS 13.
 This move travels along that direction directly. It is our addition; the supplement has none.
 
 The orbit (t real; n = T·K coefficients; Φ, Φ̃ scalars):
@@ -28,7 +28,7 @@ at the paper's flat measure (r = 0) :math:`-2\max(0, \delta)`, the hinge itself.
 hinges and the features do not involve β, so they drop out.
 
 The step: ``num_steps`` random-walk Metropolis steps on t (each leaves π invariant), then
-λ^c | the moved scores from its conditional (GIG(1 + 2r, δ², 1/2), as
+λ^c given the moved scores from its conditional (GIG(1 + 2r, δ², 1/2), as
 :func:`~latentzoo.inference.rank_svm.gibbs.lam_update`). Moving t with λ^c integrated out and
 then drawing λ^c given the result is a draw of the block (t, λ^c), so the sweep's other updates
 see a λ^c consistent with the new β.
@@ -49,7 +49,7 @@ SITES = ("beta", "b_beta", "e_beta", "Phi_beta", "Phi_tilde_beta")
 
 
 def hinge_log_marginal(delta, rate):
-    """log ∫ Exp(λ; r) N(o; o - δ - λ, λ) dλ up to a constant in δ: -δ - |δ|√(1 + 2r)
+    """log ∫ Exp(λ; r) N(o; o - δ - λ, λ) dλ up to a constant in δ: -δ - abs(δ) √(1 + 2r)
     (r = 0: the flat measure, -2 max(0, δ)). ``delta`` = margin - score, any shape."""
     return -delta - jnp.abs(delta) * jnp.sqrt(1.0 + 2.0 * rate)
 
