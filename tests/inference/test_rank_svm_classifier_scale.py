@@ -166,3 +166,44 @@ def test_the_move_travels_the_orbit_and_redraws_lambda_for_the_moved_scores():
         assert group.sum() > 200
         z = resid[group].mean(0) / (resid[group].std(0) / np.sqrt(group.sum()))
         assert np.all(np.abs(z) < 4.5), z
+
+
+def test_log_target_holds_for_a_prior_mean_of_beta_other_than_zero():
+    """The model file writes β ~ N(0, b), where the Normal term is constant along the orbit; the
+    move's target keeps the mean m (a user may edit it), and this checks that term on a small
+    program with m ≠ 0: the hierarchy, β and the SVM hinge at fixed factor scores, written out
+    (``marginal``) and augmented (the priors the move reads)."""
+    import numpyro
+    import numpyro.distributions as dist
+
+    z = jnp.asarray(np.random.default_rng(4).normal(size=(7, 2)))
+    y = jnp.asarray([1.0, -1, 1, 1, -1, -1, 1])
+    m = jnp.asarray([[0.6, -1.1]])
+
+    def program(marginal):
+        pt = numpyro.sample("Phi_tilde_beta", dist.Gamma(2.5, 1.4))
+        phi = numpyro.sample("Phi_beta", dist.Gamma(1.8, pt))
+        e = numpyro.sample("e_beta", dist.Gamma(1.6, phi).expand((1, 2)).to_event(2))
+        b = numpyro.sample("b_beta", dist.Gamma(2.1, e).to_event(2))
+        beta = numpyro.sample("beta", dist.Normal(m, jnp.sqrt(b)).to_event(2))
+        score = y * (z @ beta[0])
+        if marginal:
+            numpyro.factor("svm_hinge", -2.0 * jnp.sum(jnp.maximum(0.0, 1.0 - score)))
+            return
+        lam = numpyro.sample("lam_svm", dist.ImproperUniform(dist.constraints.positive, (), (7,)))
+        numpyro.sample("svm_margin", dist.Normal(score - lam, jnp.sqrt(lam)).to_event(1),
+                       obs=jnp.ones(7))
+
+    latent = {"Phi_tilde_beta": jnp.asarray(0.7), "Phi_beta": jnp.asarray(1.9),
+              "e_beta": jnp.asarray([[0.8, 1.7]]), "b_beta": jnp.asarray([[0.5, 2.2]]),
+              "beta": jnp.asarray([[0.9, -0.4]])}
+    values = {**latent, "lam_svm": jnp.full(7, 0.6)}
+    priors, obs, _ = read_model(lambda: program(False), values, (), {})
+
+    def lp(v):
+        return log_density(lambda: program(True), (), {}, v)[0]
+
+    for t in (-1.3, 0.4, 2.0):
+        want = float(lp(_orbit(latent, t)) - lp(latent)) + 2 * t
+        got = float(classifier_scale_log_target(values, obs, priors, jnp.asarray(t)))
+        assert abs(got - want) < 1e-9 * (1 + abs(want)), (t, got, want)
