@@ -242,6 +242,10 @@ EQUIVALENT = {
      "s = 1.0 / (1.0 + np.exp((np.linspace(-SIGMOID_WIDTH, SIGMOID_WIDTH, num_temps))))"):
         "the grid is symmetric, so sigma(-g_i) = 1 - sigma(g_i), an affine map of s that the "
         "rescaling to [0, 1] removes",
+    ("inference/rank_svm/classifier_scale.py", "classifier_scale_move",
+     "accept = jnp.log(jax.random.uniform(k_acc)) < log_ratio",
+     "accept = (jnp.log(jax.random.uniform(k_acc)) <= log_ratio)"):
+        "u is a continuous uniform draw: log u == log_ratio has probability 0",
     ("inference/ta/moves.py", "_step",
      "accept = jnp.log(jax.random.uniform(k_acc, ll.shape, ll.dtype)) < ll_prop - ll",
      "accept = (jnp.log(jax.random.uniform(k_acc, ll.shape, ll.dtype)) <= ll_prop - ll)"):
@@ -298,6 +302,14 @@ EQUIVALENT = {
      "cols = new if lo == 0 else cols.at[:, lo:].set(new)",
      "cols = new if lo == (1) else cols.at[:, lo:].set(new)"):
         "lo = n_full * block is 0 or a multiple of block > 1, never 1; for lo == 0 both branches give new",
+    ("inference/gaussian.py", "precision_solve",
+     "mean = jsl.cho_solve((L, True), b[..., None])[..., 0]",
+     "mean = jsl.cho_solve((L, True), b[..., None])[..., (1)]"):
+        "the last axis has size 1 and JAX clamps an out-of-range static index: the same element",
+    ("inference/gaussian.py", "gaussian_draw",
+     "noise = jsl.solve_triangular(jnp.swapaxes(factor, -1, -2), eps[..., None], lower=False)[..., 0]",
+     "noise = jsl.solve_triangular(jnp.swapaxes(factor, -1, -2), eps[..., None], lower=False)[..., (1)]"):
+        "the last axis has size 1 and JAX clamps an out-of-range static index: the same element",
     ("inference/gaussian.py", "gaussian_draw",
      "return mean + eps @ factor  # rows: (L^{-T} e)ᵀ = eᵀ L^{-1}",
      "return (mean - eps @ factor)  # rows: (L^{-T} e)ᵀ = eᵀ L^{-1}"):
