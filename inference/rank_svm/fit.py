@@ -24,16 +24,18 @@ __all__ = ["rank_svm_updates", "fit_gibbs", "initial_values", "binary_labels", "
            "bind_static"]
 
 
-def rank_svm_updates(variant: str, *, scale: bool = True) -> list:
+def rank_svm_updates(variant: str, *, scale: bool = True, classifier_scale: bool = False) -> list:
     """The Gibbs table of ``variant``. It holds no data: the labels and (R) the rank pairs are
     read from the model's data tables at every sweep, so the compiled sweep takes them as
     arguments and one table serves every data set of the variant.
 
     Order of a sweep: the augmentations (with t for NL), z, A, τ (G), β, the two shrinkage
     hierarchies, then the DP mixture's ν, α, μ, ψ (NL), then (``scale``) the factor-scale move
-    and the two hierarchy-scale moves of :mod:`latentzoo.inference.rank_svm.moves` and the
-    classifier-scale move of :mod:`latentzoo.inference.rank_svm.classifier_scale`, our additions
-    for mixing.
+    and the two hierarchy-scale moves of :mod:`latentzoo.inference.rank_svm.moves`, our
+    additions for mixing; ``classifier_scale`` adds the classifier-scale move of
+    :mod:`latentzoo.inference.rank_svm.classifier_scale` (off by default: with it the chains
+    explore the heavy tail of the size of β, where ArviZ's PSIS-LOO of a short run fails; see
+    docs/models/rank_factor_svm.md).
     """
     if variant not in VARIANTS:
         raise ValueError(f"Unknown variant {variant!r}; choose one of {', '.join(VARIANTS)}.")
@@ -53,6 +55,7 @@ def rank_svm_updates(variant: str, *, scale: bool = True) -> list:
         table.append(scale_move(mixture=mixture))
         table.append(hierarchy_scale_move("A", "xi_a", "eta_a", "Phi_a", "Phi_tilde_a"))
         table.append(hierarchy_scale_move("beta", "b_beta", "e_beta", "Phi_beta", "Phi_tilde_beta"))
+    if classifier_scale:
         table.append(classifier_scale_move())
     return table
 

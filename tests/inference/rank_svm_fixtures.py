@@ -42,7 +42,9 @@ def design(variant, N=6, D=3, K=2, T=3, seed=0, ties=True, priors=PRIORS):
 
 def table(variant, model_kw_source):
     """The variant's table for the design of ``model_kw_source`` (a ``design`` result)."""
-    return rank_svm_updates(variant)  # it reads the design's labels and pairs from the model
+    # it reads the design's labels and pairs from the model; the opt-in classifier-scale move is
+    # in, so the Geweke and SBC runs of the table check it too
+    return rank_svm_updates(variant, classifier_scale=True)
 
 
 def duplicated(pairs: RankPairs, own_only: bool) -> RankPairs:
