@@ -79,15 +79,15 @@ def classifier_scale_move(num_steps: int = 4, step_size: float = 0.5) -> Move:
     def step(key, values, obs, priors):
         k_walk, k_lam = jax.random.split(key)
 
-        def one(t, k):
+        def one(state, k):  # state: (t, log π(t)), so each step evaluates the target once
+            t, log_pi = state
             k_prop, k_acc = jax.random.split(k)
             proposal = t + step_size * jax.random.normal(k_prop)
-            log_ratio = (classifier_scale_log_target(values, obs, priors, proposal)
-                         - classifier_scale_log_target(values, obs, priors, t))
-            accept = jnp.log(jax.random.uniform(k_acc)) < log_ratio
-            return jnp.where(accept, proposal, t), None
+            log_pi_prop = classifier_scale_log_target(values, obs, priors, proposal)
+            accept = jnp.log(jax.random.uniform(k_acc)) < log_pi_prop - log_pi
+            return (jnp.where(accept, proposal, t), jnp.where(accept, log_pi_prop, log_pi)), None
 
-        t, _ = jax.lax.scan(one, jnp.zeros(()), jax.random.split(k_walk, num_steps))
+        (t, _), _ = jax.lax.scan(one, (jnp.zeros(()), jnp.zeros(())), jax.random.split(k_walk, num_steps))
         c = jnp.exp(t)
         score = unwrap(priors["svm_margin"]).loc + values["lam_svm"]
         delta = obs["svm_margin"] - c * score
