@@ -114,11 +114,22 @@ def label_loglik(y, u):
     return -np.logaddexp(0.0, -np.asarray(y) * s)  # log sigmoid(y s)
 
 
+def _classifier_scale(cfg, method: str) -> bool:
+    """``--classifier-scale on``: the Gibbs table with the classifier-scale move
+    (:mod:`latentzoo.inference.rank_svm.classifier_scale`); other methods have no such move."""
+    on = cfg.options.get("classifier-scale", "off") == "on"
+    if on and method != "gibbs":
+        raise ValueError(f"--classifier-scale on is a move of the Gibbs sampler; --method {method} "
+                         "has none (leave it off, or use --method gibbs).")
+    return on
+
+
 def _run_mcmc(data, cfg, *, nuts: bool):
     from latentzoo.inference.gibbs import ConjugateGibbs
     from latentzoo.inference.rank_svm import bind_static, initial_values, rank_svm_updates
 
     X, y, variant, T, transform = _prepare(data, cfg)
+    classifier_scale = _classifier_scale(cfg, "nuts" if nuts else "gibbs")
     if cfg.distributed and variant not in DISTRIBUTED_VARIANTS:
         # the R variants' rank pairs join rows that may sit on different devices
         raise ValueError(f"--distributed runs the rank SVM's {' and '.join(DISTRIBUTED_VARIANTS)} variants "
@@ -140,7 +151,7 @@ def _run_mcmc(data, cfg, *, nuts: bool):
         if variant.endswith("NL"):
             raise ValueError("NUTS cannot sample the NL variants' discrete assignments t; use gibbs or vb.")
     else:
-        kernel = ConjugateGibbs(model, rank_svm_updates(variant))
+        kernel = ConjugateGibbs(model, rank_svm_updates(variant, classifier_scale=classifier_scale))
     init = inits[0] if cfg.chains == 1 else jax.tree_util.tree_map(lambda *a: jnp.stack(a), *inits)
     # per-pair and per-loading latents are never stored: not collecting them keeps the draws in
     # memory at O(N·K + D·K) a draw (lam_rank alone is 0.5 M values a draw at 72 x 7129)
@@ -172,6 +183,7 @@ def _run_vb(data, cfg):
     from latentzoo.inference.rank_svm.vb import fit_vb
 
     X, y, variant, T, transform = _prepare(data, cfg)
+    _classifier_scale(cfg, "vb")
     sweeps, restarts = runs.point_sizes(cfg, restarts=1)
     fit = fit_vb(X, y, variant=variant, K=cfg.K, T=T, num_steps=sweeps, seed=cfg.seed,
                  restarts=restarts, progress_bar=cfg.progress)
@@ -317,6 +329,10 @@ RANK_SVM = register(
             Option("levels", "R variants: each feature's values in at most this many groups of "
                    "about equal size (0: every distinct value, the paper's model)", default=LEVELS,
                    type=int),
+            Option("classifier-scale", "Gibbs: also move the classifier's overall scale (beta "
+                   "with its shrinkage scales) along its orbit; mixes Phi_beta faster, but "
+                   "ArviZ's PSIS-LOO fails on such runs (see the model's docs page)",
+                   choices=("off", "on"), default="off"),
         ),
     )
 )
