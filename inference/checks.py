@@ -214,7 +214,7 @@ def check_likelihood_invariance(
 
 
 class OrbitResult(NamedTuple):
-    z_scores: np.ndarray  # (2,): mean of t, then of t^2, chain against the exact target
+    z_scores: np.ndarray  # (2,): mean of t, then of t^2 (periodic: of cos t, sin t, cos 2t, sin 2t), chain against the exact target
     threshold: float
     passed: bool
     exact_moments: np.ndarray
@@ -232,6 +232,7 @@ def check_move_on_orbit(
     num_grid: int = 6001,
     alpha: float = 0.01,
     data_site: str = "X",
+    periodic: bool = False,
 ) -> OrbitResult:
     """Run ``move`` alone from one prior draw and compare the law of its orbit coordinate ``t``
     with the exact target the move claims to leave invariant.
@@ -242,6 +243,10 @@ def check_move_on_orbit(
     The chain's moments are compared with z-scores that use the chain's effective sample size,
     Bonferroni-corrected at familywise level ``alpha``. A move that samples the wrong law on its
     orbit (an MH step without its accept step, a wrong Jacobian) fails; a right one passes.
+
+    ``periodic``: the orbit is a circle and ``t`` an angle in (-pi, pi] (a rotation); the grid
+    then covers one turn (``half_width`` is not used) and the moments compared are those of
+    cos t, sin t, cos 2t and sin 2t.
     """
     if move.orbit is None or move.coordinate is None:
         raise ValueError(f"move {move.name!r} declares no orbit to check it on.")
@@ -257,22 +262,29 @@ def check_move_on_orbit(
         v = {**v0, **move.orbit(v0, tt)}
         return log_density(model, (X,), model_kwargs, v)[0] + jac(v0, tt)
 
-    grid = jnp.linspace(-half_width, half_width, num_grid)
+    if periodic:  # one turn, the end left out (it is the start)
+        grid = jnp.linspace(-jnp.pi, jnp.pi, num_grid + 1)[:-1]
+    else:
+        grid = jnp.linspace(-half_width, half_width, num_grid)
     lp = jax.jit(jax.vmap(log_target))(grid)
     w = np.exp(np.asarray(lp - jnp.max(lp)))
     w /= w.sum()
-    g = np.asarray(grid)
-    if w[0] > 1e-10 or w[-1] > 1e-10:
+    if not periodic and (w[0] > 1e-10 or w[-1] > 1e-10):
         raise ValueError("the orbit's target has mass at the grid's ends; widen half_width.")
-    exact = np.array([np.sum(w * g), np.sum(w * g**2)])
+
+    def stats(t):
+        if periodic:
+            return jnp.stack([jnp.cos(t), jnp.sin(t), jnp.cos(2 * t), jnp.sin(2 * t)])
+        return jnp.stack([t, t * t])
+
+    exact = np.sum(w[:, None] * np.asarray(jax.vmap(stats)(grid)), 0)
 
     @jax.jit
     def run(key):
         def body(values, k):
             priors, obs, _ = read_model(model, values, (X,), model_kwargs)
             values = {**values, **move.sample(k, values, obs, priors)}
-            t = jnp.reshape(move.coordinate(v0, values), ())
-            return values, jnp.stack([t, t * t])
+            return values, stats(jnp.reshape(move.coordinate(v0, values), ()))
 
         return jax.lax.scan(body, v0, jax.random.split(key, num_steps))[1]
 
@@ -280,5 +292,5 @@ def check_move_on_orbit(
     ess = np.clip(np.asarray(effective_sample_size(G[None])), 1.0, len(G))
     se = np.sqrt(G.var(0) / ess)
     z = (G.mean(0) - exact) / se
-    threshold = bonferroni_z(alpha, 2)
+    threshold = bonferroni_z(alpha, len(exact))
     return OrbitResult(z, threshold, bool(np.max(np.abs(z)) < threshold), exact, G.mean(0))

@@ -12,6 +12,7 @@ from numpyro.infer import MCMC
 
 from latentzoo.inference.gibbs import ConjugateGibbs
 from latentzoo.inference.rank_svm.classifier_scale import classifier_scale_move
+from latentzoo.inference.rank_svm.rotation import factor_rotation_move
 from latentzoo.inference.rank_svm.dp import dp_updates, t_lam_update
 from latentzoo.inference.rank_svm.gibbs import A_update, beta_update, lam_update, tau_update, z_update
 from latentzoo.inference.rank_svm.moves import hierarchy_scale_move, scale_move
@@ -24,7 +25,8 @@ __all__ = ["rank_svm_updates", "fit_gibbs", "initial_values", "binary_labels", "
            "bind_static"]
 
 
-def rank_svm_updates(variant: str, *, scale: bool = True, classifier_scale: bool = False) -> list:
+def rank_svm_updates(variant: str, *, scale: bool = True, classifier_scale: bool = False,
+                     rotation: bool = False) -> list:
     """The Gibbs table of ``variant``. It holds no data: the labels and (R) the rank pairs are
     read from the model's data tables at every sweep, so the compiled sweep takes them as
     arguments and one table serves every data set of the variant.
@@ -35,7 +37,8 @@ def rank_svm_updates(variant: str, *, scale: bool = True, classifier_scale: bool
     additions for mixing; ``classifier_scale`` adds the classifier-scale move of
     :mod:`latentzoo.inference.rank_svm.classifier_scale` (off by default: with it the chains
     explore the heavy tail of the size of β, where ArviZ's PSIS-LOO of a short run fails; see
-    docs/models/rank_factor_svm.md).
+    docs/models/rank_factor_svm.md); ``rotation`` adds the factor-rotation move of
+    :mod:`latentzoo.inference.rank_svm.rotation` (off by default, as the docs page says why).
     """
     if variant not in VARIANTS:
         raise ValueError(f"Unknown variant {variant!r}; choose one of {', '.join(VARIANTS)}.")
@@ -57,6 +60,8 @@ def rank_svm_updates(variant: str, *, scale: bool = True, classifier_scale: bool
         table.append(hierarchy_scale_move("beta", "b_beta", "e_beta", "Phi_beta", "Phi_tilde_beta"))
     if classifier_scale:
         table.append(classifier_scale_move())
+    if rotation:
+        table.append(factor_rotation_move(mixture=mixture))
     return table
 
 

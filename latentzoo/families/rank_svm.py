@@ -114,12 +114,13 @@ def label_loglik(y, u):
     return -np.logaddexp(0.0, -np.asarray(y) * s)  # log sigmoid(y s)
 
 
-def _classifier_scale(cfg, method: str) -> bool:
-    """``--classifier-scale on``: the Gibbs table with the classifier-scale move
-    (:mod:`latentzoo.inference.rank_svm.classifier_scale`); other methods have no such move."""
-    on = cfg.options.get("classifier-scale", "off") == "on"
+def _gibbs_move(cfg, method: str, option: str) -> bool:
+    """``--classifier-scale on`` / ``--factor-rotation on``: a move added to the Gibbs table
+    (:mod:`latentzoo.inference.rank_svm.classifier_scale`, :mod:`~latentzoo.inference.rank_svm.rotation`);
+    other methods have no such move."""
+    on = cfg.options.get(option, "off") == "on"
     if on and method != "gibbs":
-        raise ValueError(f"--classifier-scale on is a move of the Gibbs sampler; --method {method} "
+        raise ValueError(f"--{option} on is a move of the Gibbs sampler; --method {method} "
                          "has none (leave it off, or use --method gibbs).")
     return on
 
@@ -129,7 +130,8 @@ def _run_mcmc(data, cfg, *, nuts: bool):
     from latentzoo.inference.rank_svm import bind_static, initial_values, rank_svm_updates
 
     X, y, variant, T, transform = _prepare(data, cfg)
-    classifier_scale = _classifier_scale(cfg, "nuts" if nuts else "gibbs")
+    classifier_scale = _gibbs_move(cfg, "nuts" if nuts else "gibbs", "classifier-scale")
+    rotation = _gibbs_move(cfg, "nuts" if nuts else "gibbs", "factor-rotation")
     if cfg.distributed and variant not in DISTRIBUTED_VARIANTS:
         # the R variants' rank pairs join rows that may sit on different devices
         raise ValueError(f"--distributed runs the rank SVM's {' and '.join(DISTRIBUTED_VARIANTS)} variants "
@@ -151,7 +153,8 @@ def _run_mcmc(data, cfg, *, nuts: bool):
         if variant.endswith("NL"):
             raise ValueError("NUTS cannot sample the NL variants' discrete assignments t; use gibbs or vb.")
     else:
-        kernel = ConjugateGibbs(model, rank_svm_updates(variant, classifier_scale=classifier_scale))
+        kernel = ConjugateGibbs(model, rank_svm_updates(variant, classifier_scale=classifier_scale,
+                                                        rotation=rotation))
     init = inits[0] if cfg.chains == 1 else jax.tree_util.tree_map(lambda *a: jnp.stack(a), *inits)
     # per-pair and per-loading latents are never stored: not collecting them keeps the draws in
     # memory at O(N·K + D·K) a draw (lam_rank alone is 0.5 M values a draw at 72 x 7129)
@@ -183,7 +186,8 @@ def _run_vb(data, cfg):
     from latentzoo.inference.rank_svm.vb import fit_vb
 
     X, y, variant, T, transform = _prepare(data, cfg)
-    _classifier_scale(cfg, "vb")
+    _gibbs_move(cfg, "vb", "classifier-scale")
+    _gibbs_move(cfg, "vb", "factor-rotation")
     sweeps, restarts = runs.point_sizes(cfg, restarts=1)
     fit = fit_vb(X, y, variant=variant, K=cfg.K, T=T, num_steps=sweeps, seed=cfg.seed,
                  restarts=restarts, progress_bar=cfg.progress)
@@ -333,6 +337,9 @@ RANK_SVM = register(
                    "with its shrinkage scales) along its orbit; mixes Phi_beta faster, but "
                    "ArviZ's PSIS-LOO fails on such runs (see the model's docs page)",
                    choices=("off", "on"), default="off"),
+            Option("factor-rotation", "Gibbs: also rotate the factors (z, A, beta together) by "
+                   "exact Givens-angle draws, so the factors can trade roles between the "
+                   "features and the classifier", choices=("off", "on"), default="off"),
         ),
     )
 )

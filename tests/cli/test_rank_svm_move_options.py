@@ -1,0 +1,55 @@
+"""``latentzoo run rank-svm --classifier-scale on --factor-rotation on``: the Gibbs table gains the
+classifier-scale move and the factor-rotation move (their Geweke, SBC and orbit tests are in
+tests/inference/test_rank_svm_classifier_scale.py, test_rank_svm_rotation.py and
+test_rank_svm_gibbs.py), the run records the settings, and methods without the moves refuse them
+in one sentence before anything is compiled or written."""
+
+import json
+
+import pytest
+
+import latentzoo.inference.rank_svm as rank_svm
+from latentzoo import arviz_adapter as azx
+from latentzoo.cli import main
+
+TINY = ["--chains", "1", "--warmup", "5", "--samples", "10", "--K", "2", "--no-progress"]
+OPTIONS = ("classifier-scale", "factor-rotation")
+
+
+@pytest.mark.parametrize("on", [("classifier-scale",), OPTIONS])
+def test_on_puts_the_move_in_the_gibbs_table_and_the_run_records_it(on, tmp_path, monkeypatch, capsys):
+    original, asked = rank_svm.rank_svm_updates, []
+
+    def spy(variant, **kw):
+        asked.append((kw.get("classifier_scale", False), kw.get("rotation", False)))
+        return original(variant, **kw)
+
+    monkeypatch.setattr(rank_svm, "rank_svm_updates", spy)
+    out = tmp_path / "run"
+    flags = [a for o in on for a in (f"--{o}", "on")]
+    code = main(["run", "rank-svm", "--variant", "G-L", *flags, *TINY, "--out", str(out)])
+    assert code == 0, capsys.readouterr().err
+    assert asked == [tuple(o in on for o in OPTIONS)]
+    options = json.loads(azx.load(str(out / "posterior.nc")).posterior.attrs["latentzoo_options"])
+    assert [options[o] for o in OPTIONS] == ["on" if o in on else "off" for o in OPTIONS]
+
+
+@pytest.mark.parametrize("option", OPTIONS)
+@pytest.mark.parametrize("argv, words", [
+    (["rank-svm", "--method", "nuts", "--variant", "G-L"], "--method nuts has none"),
+    (["rank-svm", "--method", "vb"], "--method vb has none"),
+    (["fa"], "does not apply to fa"),
+])
+def test_where_there_is_no_such_move_it_is_one_sentence(option, argv, words, tmp_path, capsys):
+    out = tmp_path / "run"
+    code = main(["run", *argv, f"--{option}", "on", *TINY, "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and words in err, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("option", OPTIONS)
+def test_a_value_other_than_on_or_off_is_refused(option, tmp_path, capsys):
+    code = main(["run", "rank-svm", f"--{option}", "yes", *TINY, "--out", str(tmp_path / "run")])
+    assert code == 2 and f"--{option} must be one of off, on" in capsys.readouterr().err
