@@ -73,7 +73,8 @@ def _run_gibbs(X, cfg):
     post = mcmc.get_samples(group_by_chain=True)
     # NumPyro's own log-likelihood is p(x_n | s_n, ...), conditional on the dropped sources
     ll = _loglik(X, post["W"], post["pi"], 1.0 / np.sqrt(np.asarray(post["tau"])))
-    return runs.mcmc_idata(mcmc, drop=("s",), log_likelihood=None if ll is None else {"X": ll})
+    # (None would mean NumPyro's own: conditional on s, and every draw's (N, D) at once)
+    return runs.mcmc_idata(mcmc, drop=("s",), log_likelihood=False if ll is None else {"X": ll})
 
 
 def cvq_posterior_predictive(idata, rng_seed=0, max_draws=200):

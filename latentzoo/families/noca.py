@@ -6,6 +6,8 @@ starts with its sources off."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import jax.numpy as jnp
 import numpy as np
 
@@ -27,7 +29,7 @@ def _run_point(X, cfg, *, method):
                    progress_bar=cfg.progress)
     p = fit.params
     ll = None
-    if cfg.K <= 12:  # the pointwise exact log-likelihood enumerates 2^K states per row
+    if cfg.K <= LOGLIK_MAX_K:  # the pointwise exact log-likelihood enumerates 2^K states per row
         ll = {"X": np.asarray(noca_exact_loglik(jnp.asarray(X), p["theta_loc"], p["theta0_loc"],
                                                  p["pi_loc"], per_row=True))}
     return runs.guide_point_idata(fit, X, log_likelihood=ll)
@@ -60,10 +62,39 @@ def _run_gibbs(X, cfg):
     # take 108 s (target 60); at depth 5 it took 74 s, at depth 4 58 s (quiet, cold cache). The cap leaves NUTS exact (any depth keeps detailed balance); it
     # only shortens the moves.
     nuts = {"max_tree_depth": 4} if cfg.quick else {}
-    # K bound into the model: run_mcmc traces the model's arguments (jit_model_args)
+    # K bound into the model: run_mcmc traces the model's arguments (jit_model_args). The sources
+    # s (N x K a draw) are not collected: at the defaults (4 x 4000 draws of 2000 x 8) they
+    # alone were 2 GB, and the run stores none of them.
     mcmc = runs.run_mcmc(noca_kernel(K=cfg.K, **nuts), cfg, jnp.asarray(X),
-                         init_params=_map_start(X, cfg))
-    return runs.mcmc_idata(mcmc, drop=("s",))
+                         init_params=_map_start(X, cfg), extra_fields=("~z.s",))
+    post = mcmc.get_samples(group_by_chain=True)
+    # The pointwise log-likelihood with s summed out, a few draws at a time. NumPyro's own is
+    # p(x_n | s_n, ...), conditional on sources the run does not keep, and evaluated for every
+    # draw at once it held (draws, N, D) temporaries: the default run (16 000 draws of
+    # 2000 x 64) grew to 22 GB and was killed for memory after sampling.
+    ll = _loglik(X, post["theta"], post["theta0"], post["pi"])
+    return runs.mcmc_idata(mcmc, drop=("s",), log_likelihood=False if ll is None else {"X": ll})
+
+
+# The pointwise log-likelihood enumerates 2^K states per row and draw; beyond this K the run
+# stores none (LOO is then unavailable, as for any model without one).
+LOGLIK_MAX_K = 12
+
+
+def _loglik(X, theta, theta0, pi):
+    """log p(x_n | theta, theta0, pi) with s summed out exactly, of draws (chains, draws, ...) ->
+    (chains, draws, N), a few draws at a time; None for K > 12."""
+    from latentzoo.inference.enumerate import chunk_size
+    from latentzoo.inference.noca import noca_exact_loglik
+
+    N, D = np.shape(X)
+    K = np.shape(theta)[-2]
+    if K > LOGLIK_MAX_K:
+        return None
+    # the temporaries: an (N, 2^K) table (or enumerate_posterior's chunk of it), and 2^K x D
+    table = min(N, chunk_size(2**K, N)) * 2**K + 2**K * D + N * K
+    return runs.map_draws(partial(noca_exact_loglik, per_row=True), theta, theta0, pi,
+                          shared=(jnp.asarray(X),), bytes_per_draw=3 * 8 * table)
 
 
 def noca_posterior_predictive(idata, rng_seed=0, max_draws=200):
