@@ -214,7 +214,9 @@ def check_likelihood_invariance(
 
 
 class OrbitResult(NamedTuple):
-    z_scores: np.ndarray  # (2,): mean of t, then of t^2 (periodic: of cos t, sin t, cos 2t, sin 2t), chain against the exact target
+    # chain against the exact target: (2,) for the means of t and t^2, or, on a periodic orbit,
+    # (4,) for those of cos t, sin t, cos 2t and sin 2t
+    z_scores: np.ndarray
     threshold: float
     passed: bool
     exact_moments: np.ndarray

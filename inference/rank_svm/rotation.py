@@ -14,6 +14,11 @@ the three smallest coefficients β_k in absolute value have ESS 15-18, see docs/
 Measured there, it does not mix those faster (ESS 15-25 with it, same seed and budget): the angle
 is drawn given the shrinkage variances, which pin a coefficient whose variance is tiny. Opt-in.
 
+It assumes what the model file has: zero-mean Normal priors on A and β (their variances may
+differ entry by entry) and an isotropic prior on z (and μ). A swapped prior that breaks either
+(a non-zero mean, a per-factor scale on z) is not rotation-invariant in the way used here, and
+the move must then be left off.
+
 **The draw.** One sweep of the move visits every plane (k, l), k < l, and rotates by a Givens
 angle θ drawn from its exact conditional. SO(2) is compact and a rotation has unit Jacobian, so
 drawing θ from :math:`\pi(\theta) \propto p(g_\theta(x))` against the uniform (Haar) measure
