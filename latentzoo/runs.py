@@ -16,6 +16,7 @@ import sys
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from latentzoo import arviz_adapter as azx
@@ -255,6 +256,26 @@ def map_draws(fn, *draws, shared=(), bytes_per_draw: int, budget: int = 2**26):
         out.append(np.asarray(batched(*shared, *chunk))[:m])
     result = np.concatenate(out)
     return result.reshape(*lead, *result.shape[1:])
+
+
+# The enumerated pointwise log-likelihood visits 2^K states per row and draw; beyond this K a
+# run stores none (LOO is then unavailable, as for any model without one).
+ENUMERATED_LOGLIK_MAX_K = 12
+
+
+def enumerated_loglik(fn, X, K: int, *draws):
+    """``fn(X, *one_draw)`` -> (N,) for every draw (chains, draws, ...), a few draws at a time:
+    the binary-source families' log p(x_n | parameters) with the 2^K source states summed out
+    (CVQ, NOCA). Returns (chains, draws, N), or None for K above
+    :data:`ENUMERATED_LOGLIK_MAX_K`."""
+    from latentzoo.inference.enumerate import chunk_size
+
+    if K > ENUMERATED_LOGLIK_MAX_K:
+        return None
+    N, D = np.shape(X)
+    # the temporaries: an (N, 2^K) table (or enumerate_posterior's chunk of it), and 2^K x D
+    table = min(N, chunk_size(2**K, N)) * 2**K + 2**K * D + N * K
+    return map_draws(fn, *draws, shared=(jnp.asarray(X),), bytes_per_draw=3 * 8 * table)
 
 
 def is_point_fit(idata) -> bool:

@@ -18,25 +18,13 @@ from latentzoo.registry import Family, FamilyChecks, Method, register
 __all__ = ["CVQ", "cvq_predict"]
 
 
-# The pointwise log-likelihood enumerates 2^K states per row and draw; beyond this K the run
-# stores none (LOO is then unavailable, as for any model without one).
-LOGLIK_MAX_K = 12
-
-
 def _loglik(X, W, pi, sigma):
     """Pointwise marginal log-likelihood log p(x_n | W, pi, sigma) (s summed out exactly) of
     draws (chains, draws, ...) -> (chains, draws, N), a few draws at a time; None for K > 12."""
     from latentzoo.inference.cvq import cvq_exact_loglik
-    from latentzoo.inference.enumerate import chunk_size
 
-    N, D = X.shape
-    K = np.shape(W)[-1]
-    if K > LOGLIK_MAX_K:
-        return None
-    # the temporaries: an (N, 2^K) table (or enumerate_posterior's chunk of it), and 2^K x D
-    table = min(N, chunk_size(2**K, N)) * 2**K + 2**K * D + N * K
-    return runs.map_draws(partial(cvq_exact_loglik, per_row=True), W, pi, sigma,
-                          shared=(jnp.asarray(X),), bytes_per_draw=3 * 8 * table)
+    return runs.enumerated_loglik(partial(cvq_exact_loglik, per_row=True), X, np.shape(W)[-1],
+                                  W, pi, sigma)
 
 
 def _run_point(X, cfg, *, method):

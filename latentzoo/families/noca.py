@@ -29,7 +29,7 @@ def _run_point(X, cfg, *, method):
                    progress_bar=cfg.progress)
     p = fit.params
     ll = None
-    if cfg.K <= LOGLIK_MAX_K:  # the pointwise exact log-likelihood enumerates 2^K states per row
+    if cfg.K <= runs.ENUMERATED_LOGLIK_MAX_K:  # the exact log-likelihood enumerates 2^K states per row
         ll = {"X": np.asarray(noca_exact_loglik(jnp.asarray(X), p["theta_loc"], p["theta0_loc"],
                                                  p["pi_loc"], per_row=True))}
     return runs.guide_point_idata(fit, X, log_likelihood=ll)
@@ -76,25 +76,13 @@ def _run_gibbs(X, cfg):
     return runs.mcmc_idata(mcmc, drop=("s",), log_likelihood=False if ll is None else {"X": ll})
 
 
-# The pointwise log-likelihood enumerates 2^K states per row and draw; beyond this K the run
-# stores none (LOO is then unavailable, as for any model without one).
-LOGLIK_MAX_K = 12
-
-
 def _loglik(X, theta, theta0, pi):
     """log p(x_n | theta, theta0, pi) with s summed out exactly, of draws (chains, draws, ...) ->
     (chains, draws, N), a few draws at a time; None for K > 12."""
-    from latentzoo.inference.enumerate import chunk_size
     from latentzoo.inference.noca import noca_exact_loglik
 
-    N, D = np.shape(X)
-    K = np.shape(theta)[-2]
-    if K > LOGLIK_MAX_K:
-        return None
-    # the temporaries: an (N, 2^K) table (or enumerate_posterior's chunk of it), and 2^K x D
-    table = min(N, chunk_size(2**K, N)) * 2**K + 2**K * D + N * K
-    return runs.map_draws(partial(noca_exact_loglik, per_row=True), theta, theta0, pi,
-                          shared=(jnp.asarray(X),), bytes_per_draw=3 * 8 * table)
+    return runs.enumerated_loglik(partial(noca_exact_loglik, per_row=True), X, np.shape(theta)[-2],
+                                  theta, theta0, pi)
 
 
 def noca_posterior_predictive(idata, rng_seed=0, max_draws=200):
