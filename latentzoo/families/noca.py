@@ -6,6 +6,7 @@ starts with its sources off."""
 
 from __future__ import annotations
 
+import sys
 from functools import partial
 
 import jax.numpy as jnp
@@ -42,7 +43,12 @@ def _map_start(X, cfg):
     the chain stays at s = 0 (all pi near 1 / (N + 2))."""
     from latentzoo.inference.noca import fit_noca
 
-    fit = fit_noca(X, cfg.K, method="em" if cfg.K <= 12 else "vb", num_steps=100, seed=cfg.seed)
+    # with its own compile line and bar: at the defaults the start takes tens of seconds before
+    # the sampler's line, and a silent stretch that long looks like a hang
+    method = "em" if cfg.K <= 12 else "vb"
+    if cfg.progress:
+        print(f"the chains start from a MAP-{method.upper()} fit (K = {cfg.K}):", file=sys.stderr, flush=True)
+    fit = fit_noca(X, cfg.K, method=method, num_steps=100, seed=cfg.seed, progress_bar=cfg.progress)
     p = fit.params
     start = {"pi": p["pi_loc"], "theta": p["theta_loc"], "theta0": p["theta0_loc"],
              "s": (p["lam"] > 0.5).astype(jnp.float64)}
