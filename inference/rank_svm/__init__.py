@@ -1,6 +1,6 @@
 """Max-margin rank-likelihood discriminative factor model (Yuan, Henao et al. 2015): Gibbs tables
 for the four variants (:mod:`.gibbs`, :mod:`.shrinkage`, :mod:`.dp`, :mod:`.moves`, and the opt-in
-:mod:`.classifier_scale` and :mod:`.rotation` moves), the Gibbs
+:mod:`.classifier_scale`, :mod:`.rotation` and :mod:`.relabel` moves), the Gibbs
 fit (:mod:`.fit`) and mean-field variational Bayes (:mod:`.vb`)."""
 
 from latentzoo.inference.rank_svm.dp import dp_updates, t_lam_update

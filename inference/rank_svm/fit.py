@@ -12,8 +12,9 @@ from numpyro.infer import MCMC
 
 from latentzoo.inference.gibbs import ConjugateGibbs
 from latentzoo.inference.rank_svm.classifier_scale import classifier_scale_move
-from latentzoo.inference.rank_svm.rotation import factor_rotation_move
 from latentzoo.inference.rank_svm.dp import dp_updates, t_lam_update
+from latentzoo.inference.rank_svm.relabel import relabel_move
+from latentzoo.inference.rank_svm.rotation import factor_rotation_move
 from latentzoo.inference.rank_svm.gibbs import A_update, beta_update, lam_update, tau_update, z_update
 from latentzoo.inference.rank_svm.moves import hierarchy_scale_move, scale_move
 from latentzoo.inference.rank_svm.shrinkage import tpb_updates
@@ -26,7 +27,7 @@ __all__ = ["rank_svm_updates", "fit_gibbs", "initial_values", "binary_labels", "
 
 
 def rank_svm_updates(variant: str, *, scale: bool = True, classifier_scale: bool = False,
-                     rotation: bool = False) -> list:
+                     rotation: bool = False, relabel: bool = False) -> list:
     """The Gibbs table of ``variant``. It holds no data: the labels and (R) the rank pairs are
     read from the model's data tables at every sweep, so the compiled sweep takes them as
     arguments and one table serves every data set of the variant.
@@ -38,11 +39,17 @@ def rank_svm_updates(variant: str, *, scale: bool = True, classifier_scale: bool
     :mod:`latentzoo.inference.rank_svm.classifier_scale` (off by default: with it the chains
     explore the heavy tail of the size of β, where ArviZ's PSIS-LOO of a short run fails; see
     docs/models/rank_factor_svm.md); ``rotation`` adds the factor-rotation move of
-    :mod:`latentzoo.inference.rank_svm.rotation` (off by default, as the docs page says why).
+    :mod:`latentzoo.inference.rank_svm.rotation` (off by default, as the docs page says why);
+    ``relabel`` (NL only) adds the DP relabelling moves of
+    :mod:`latentzoo.inference.rank_svm.relabel` (off by default: their effect on mixing is not
+    measured yet).
     """
     if variant not in VARIANTS:
         raise ValueError(f"Unknown variant {variant!r}; choose one of {', '.join(VARIANTS)}.")
     gaussian, mixture = variant.startswith("G"), variant.endswith("NL")
+    if relabel and not mixture:
+        raise ValueError(f"The relabelling moves swap the DP mixture's components; the {variant} "
+                         "variant has one classifier (use an NL variant, or leave them off).")
     t_site = "t" if mixture else None
     table = [] if gaussian else [lam_update("rank")]
     table.append(t_lam_update() if mixture else lam_update("svm"))
@@ -62,6 +69,8 @@ def rank_svm_updates(variant: str, *, scale: bool = True, classifier_scale: bool
         table.append(classifier_scale_move())
     if rotation:
         table.append(factor_rotation_move(mixture=mixture))
+    if relabel:
+        table.append(relabel_move())
     return table
 
 

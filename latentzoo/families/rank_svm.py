@@ -115,8 +115,9 @@ def label_loglik(y, u):
 
 
 def _gibbs_move(cfg, method: str, option: str) -> bool:
-    """``--classifier-scale on`` / ``--factor-rotation on``: a move added to the Gibbs table
-    (:mod:`latentzoo.inference.rank_svm.classifier_scale`, :mod:`~latentzoo.inference.rank_svm.rotation`);
+    """``--classifier-scale on`` / ``--factor-rotation on`` / ``--relabel on``: a move added to the
+    Gibbs table (:mod:`latentzoo.inference.rank_svm.classifier_scale`,
+    :mod:`~latentzoo.inference.rank_svm.rotation`, :mod:`~latentzoo.inference.rank_svm.relabel`);
     other methods have no such move."""
     on = cfg.options.get(option, "off") == "on"
     if on and method != "gibbs":
@@ -132,6 +133,10 @@ def _run_mcmc(data, cfg, *, nuts: bool):
     X, y, variant, T, transform = _prepare(data, cfg)
     classifier_scale = _gibbs_move(cfg, "nuts" if nuts else "gibbs", "classifier-scale")
     rotation = _gibbs_move(cfg, "nuts" if nuts else "gibbs", "factor-rotation")
+    relabel = _gibbs_move(cfg, "nuts" if nuts else "gibbs", "relabel")
+    if relabel and not variant.endswith("NL"):
+        raise ValueError(f"--relabel on swaps the DP mixture's components; --variant {variant} has "
+                         "one classifier (use G-NL or R-NL, or leave it off).")
     if cfg.distributed and variant not in DISTRIBUTED_VARIANTS:
         # the R variants' rank pairs join rows that may sit on different devices
         raise ValueError(f"--distributed runs the rank SVM's {' and '.join(DISTRIBUTED_VARIANTS)} variants "
@@ -154,7 +159,7 @@ def _run_mcmc(data, cfg, *, nuts: bool):
             raise ValueError("NUTS cannot sample the NL variants' discrete assignments t; use gibbs or vb.")
     else:
         kernel = ConjugateGibbs(model, rank_svm_updates(variant, classifier_scale=classifier_scale,
-                                                        rotation=rotation))
+                                                        rotation=rotation, relabel=relabel))
     init = inits[0] if cfg.chains == 1 else jax.tree_util.tree_map(lambda *a: jnp.stack(a), *inits)
     # per-pair and per-loading latents are never stored: not collecting them keeps the draws in
     # memory at O(N·K + D·K) a draw (lam_rank alone is 0.5 M values a draw at 72 x 7129)
@@ -188,6 +193,7 @@ def _run_vb(data, cfg):
     X, y, variant, T, transform = _prepare(data, cfg)
     _gibbs_move(cfg, "vb", "classifier-scale")
     _gibbs_move(cfg, "vb", "factor-rotation")
+    _gibbs_move(cfg, "vb", "relabel")
     sweeps, restarts = runs.point_sizes(cfg, restarts=1)
     fit = fit_vb(X, y, variant=variant, K=cfg.K, T=T, num_steps=sweeps, seed=cfg.seed,
                  restarts=restarts, progress_bar=cfg.progress)
@@ -340,6 +346,9 @@ RANK_SVM = register(
             Option("factor-rotation", "Gibbs: also rotate the factors (z, A, beta together) by "
                    "exact Givens-angle draws, so the factors can trade roles between the "
                    "features and the classifier", choices=("off", "on"), default="off"),
+            Option("relabel", "Gibbs, NL variants: also swap the DP mixture's components (their "
+                   "labels, and adjacent ones with their stick weights) by exact "
+                   "Metropolis-Hastings moves", choices=("off", "on"), default="off"),
         ),
     )
 )
