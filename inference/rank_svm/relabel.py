@@ -100,8 +100,9 @@ def stick_swap(values, j):
 
 
 def _accept(key, log_r, proposal, current):
-    """The proposal where log u < log r (NaN: rejected), else the current values."""
-    ok = jnp.log(jax.random.uniform(key)) < jnp.where(jnp.isnan(log_r), -jnp.inf, log_r)
+    """The proposal where log u < log r, else the current values. A NaN ratio (two components of
+    weight 0, a state of density 0) compares false: rejected."""
+    ok = jnp.log(jax.random.uniform(key)) < log_r
     return {s: jnp.where(ok, proposal[s], current[s]) for s in current}
 
 

@@ -153,3 +153,28 @@ def test_a_table_with_the_move_passes_geweke_and_free_swaps_fail():
                              jax.random.PRNGKey(4), num_steps=8000, num_prior=4096, data_site=d[2])
     assert good.passed, dict(zip(good.labels, np.round(good.z_scores, 2)))
     assert not bad.passed, dict(zip(bad.labels, np.round(bad.z_scores, 2)))
+
+
+def test_every_component_can_take_any_place():
+    """From a state where every label swap is accepted (equal counts), 200 steps from different
+    keys put component T's classifier in every place; a move that proposes only some pairs (a
+    sweep sized by K = 2 instead of T = 4) cannot."""
+    _, kw, values = _prior_draw("G-NL", 0)
+    values["t"] = jnp.asarray(np.arange(12) % T)
+    move = relabel_move()
+    step = jax.jit(lambda key: move.step(key, values, None, None)["beta"])
+    last = np.asarray(values["beta"][T - 1])
+    places = set()
+    for key in jax.random.split(jax.random.PRNGKey(0), 200):
+        beta = np.asarray(step(key))
+        places |= {i for i in range(T) if np.array_equal(beta[i], last)}
+    assert places == set(range(T)), places
+
+
+def test_one_component_is_left_as_it_is():
+    _, _, values = _prior_draw("G-NL", 0)
+    one = {s: values[s][:1] for s in ("beta", "b_beta", "e_beta", "mu", "psi")}
+    state = {**values, **one, "t": jnp.zeros(12, jnp.int32), "nu": jnp.zeros(0)}
+    out = relabel_move().step(jax.random.PRNGKey(0), state, None, None)
+    for s in out:
+        np.testing.assert_array_equal(out[s], state[s])
