@@ -27,7 +27,7 @@ __all__ = ["rank_svm_updates", "fit_gibbs", "initial_values", "binary_labels", "
 
 
 def rank_svm_updates(variant: str, *, scale: bool = True, classifier_scale: bool = False,
-                     rotation: bool = False, relabel: bool = False) -> list:
+                     rotation: bool = False, relabel: bool | None = None) -> list:
     """The Gibbs table of ``variant``. It holds no data: the labels and (R) the rank pairs are
     read from the model's data tables at every sweep, so the compiled sweep takes them as
     arguments and one table serves every data set of the variant.
@@ -40,13 +40,14 @@ def rank_svm_updates(variant: str, *, scale: bool = True, classifier_scale: bool
     explore the heavy tail of the size of β, where ArviZ's PSIS-LOO of a short run fails; see
     docs/models/rank_factor_svm.md); ``rotation`` adds the factor-rotation move of
     :mod:`latentzoo.inference.rank_svm.rotation` (off by default, as the docs page says why);
-    ``relabel`` (NL only) adds the DP relabelling moves of
-    :mod:`latentzoo.inference.rank_svm.relabel` (off by default: their effect on mixing is not
-    measured yet).
+    ``relabel`` (NL only; None: on for NL) adds the DP relabelling moves of
+    :mod:`latentzoo.inference.rank_svm.relabel` (measured on G-NL's default data, 4 chains of
+    500 + 1500: α's ESS 62 without them, 3428 with them, at about the same seconds).
     """
     if variant not in VARIANTS:
         raise ValueError(f"Unknown variant {variant!r}; choose one of {', '.join(VARIANTS)}.")
     gaussian, mixture = variant.startswith("G"), variant.endswith("NL")
+    relabel = mixture if relabel is None else relabel
     if relabel and not mixture:
         raise ValueError(f"The relabelling moves swap the DP mixture's components; the {variant} "
                          "variant has one classifier (use an NL variant, or leave them off).")

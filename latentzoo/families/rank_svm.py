@@ -136,7 +136,9 @@ def _run_mcmc(data, cfg, *, nuts: bool):
     relabel = _gibbs_move(cfg, "nuts" if nuts else "gibbs", "relabel")
     if relabel and not variant.endswith("NL"):
         raise ValueError(f"--relabel on swaps the DP mixture's components; --variant {variant} has "
-                         "one classifier (use G-NL or R-NL, or leave it off).")
+                         "one classifier (use G-NL or R-NL, or leave it at auto).")
+    # auto: on for the NL variants' Gibbs runs, which are the only ones with components
+    relabel = variant.endswith("NL") and cfg.options.get("relabel", "auto") != "off"
     if cfg.distributed and variant not in DISTRIBUTED_VARIANTS:
         # the R variants' rank pairs join rows that may sit on different devices
         raise ValueError(f"--distributed runs the rank SVM's {' and '.join(DISTRIBUTED_VARIANTS)} variants "
@@ -348,7 +350,8 @@ RANK_SVM = register(
                    "features and the classifier", choices=("off", "on"), default="off"),
             Option("relabel", "Gibbs, NL variants: also swap the DP mixture's components (their "
                    "labels, and adjacent ones with their stick weights) by exact "
-                   "Metropolis-Hastings moves", choices=("off", "on"), default="off"),
+                   "Metropolis-Hastings moves; auto: on for NL", choices=("auto", "off", "on"),
+                   default="auto"),
         ),
     )
 )

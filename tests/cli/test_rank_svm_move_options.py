@@ -56,12 +56,22 @@ def test_where_there_is_no_such_move_it_is_one_sentence(option, argv, words, tmp
 @pytest.mark.parametrize("option", OPTIONS)
 def test_a_value_other_than_on_or_off_is_refused(option, tmp_path, capsys):
     code = main(["run", "rank-svm", f"--{option}", "yes", *TINY, "--out", str(tmp_path / "run")])
-    assert code == 2 and f"--{option} must be one of off, on" in capsys.readouterr().err
+    choices = "auto, off, on" if option == "relabel" else "off, on"
+    assert code == 2 and f"--{option} must be one of {choices}" in capsys.readouterr().err
 
 
-def test_relabelling_a_variant_with_one_classifier_is_one_sentence(tmp_path, capsys):
-    out = tmp_path / "run"
-    code = main(["run", "rank-svm", "--variant", "G-L", "--relabel", "on", *TINY, "--out", str(out)])
-    err = capsys.readouterr().err
-    assert code == 2 and "--variant G-L has one classifier" in err, err
-    assert len(err.strip().splitlines()) == 1 and not out.exists(), err
+def test_relabel_auto_is_on_for_the_mixture_and_off_otherwise(monkeypatch, tmp_path, capsys):
+    """What each variant's Gibbs run asks for under --relabel auto (the default) and off, read
+    from the table request (which then stops the run before anything compiles)."""
+    asked = []
+
+    def spy(variant, **kw):
+        asked.append((variant, kw.get("relabel")))
+        raise ValueError("stopped here by the test.")
+
+    monkeypatch.setattr(rank_svm, "rank_svm_updates", spy)
+    for variant, value in (("G-NL", "auto"), ("R-NL", "auto"), ("G-L", "auto"), ("G-NL", "off")):
+        code = main(["run", "rank-svm", "--variant", variant, "--relabel", value, *TINY,
+                     "--out", str(tmp_path / variant / value)])
+        assert code == 2 and "stopped here by the test" in capsys.readouterr().err
+    assert asked == [("G-NL", True), ("R-NL", True), ("G-L", False), ("G-NL", False)]

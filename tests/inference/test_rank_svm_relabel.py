@@ -20,7 +20,8 @@ from latentzoo.inference.gibbs import ConjugateGibbs
 from latentzoo.inference.rank_svm.relabel import label_swap, relabel_move, stick_swap, swap_components
 from latentzoo.inference.updates import Move
 from latentzoo.models.rank_factor_svm import stick_weights
-from tests.inference.rank_svm_fixtures import design, geweke_functions, table
+from latentzoo.inference.rank_svm.fit import rank_svm_updates
+from tests.inference.rank_svm_fixtures import design, geweke_functions
 
 T = 4
 
@@ -147,7 +148,9 @@ def test_a_table_with_the_move_passes_geweke_and_free_swaps_fail():
     d = design("G-NL", T=3)
 
     def kernel_of(knob):
-        return ConjugateGibbs(d[0], table("G-NL", d) + [_with_free_swaps(relabel_move(), knob)])
+        # the tests' table without its own relabelling (on by default for NL), then the move under test
+        base = rank_svm_updates("G-NL", classifier_scale=True, relabel=False)
+        return ConjugateGibbs(d[0], base + [_with_free_swaps(relabel_move(), knob)])
 
     good, bad = geweke_tests(d[0], kernel_of, [0.0, 1.0], d[1], _label_dependent("G-NL"),
                              jax.random.PRNGKey(4), num_steps=8000, num_prior=4096, data_site=d[2])
