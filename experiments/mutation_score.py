@@ -175,7 +175,7 @@ FOCUS = {
     "inference/rank_svm/classifier_scale.py": ["hinge_log_marginal", "classifier_scale_log_target",
                                                "classifier_scale_move"],
     "inference/rank_svm/rotation.py": ["rotation_angle_law", "_rotate", "factor_rotation_move"],
-    "inference/rank_svm/relabel.py": ["swap_components", "_log_weights", "label_swap", "stick_swap",
+    "inference/rank_svm/relabel.py": ["swap_components", "label_swap", "stick_swap",
                                       "_accept", "relabel_move"],
     "inference/rank_svm/dp.py": ["t_logits", "t_lam_update", "_counts", "nu_update", "alpha_update",
                                  "mu_update", "psi_update"],

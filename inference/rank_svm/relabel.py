@@ -49,6 +49,7 @@ import jax.numpy as jnp
 import numpyro.distributions as dist
 
 from latentzoo.inference.updates import Move
+from latentzoo.models.rank_factor_svm import stick_weights
 
 __all__ = ["COMPONENT_SITES", "swap_components", "label_swap", "stick_swap", "relabel_move"]
 
@@ -68,17 +69,11 @@ def swap_components(values, j, l):
     return out
 
 
-def _log_weights(nu):
-    """log q (T,) of sticks nu (T - 1,), with nu_T = 1."""
-    log_rest = jnp.concatenate([jnp.zeros(1), jnp.cumsum(jnp.log1p(-nu))])
-    return jnp.concatenate([jnp.log(nu), jnp.zeros(1)]) + log_rest
-
-
 def label_swap(values, j, l):
     """(proposal, log r) of swapping the labels of j and l with the weights kept."""
     T = values["beta"].shape[0]
     n = jnp.bincount(values["t"], length=T)
-    logq = _log_weights(values["nu"])
+    logq = jnp.log(stick_weights(values["nu"]))
     dn = n[j] - n[l]
     log_r = jnp.where(dn == 0, 0.0, dn * (logq[l] - logq[j]))
     return swap_components(values, j, l), log_r
