@@ -10,10 +10,10 @@ or rotation changes: ``Family.identified``).
 
 Target (issue "Converged in the default budget"): max R-hat <= 1.01 and min bulk ESS >= 400 over
 the identified quantities. The table gives both, the quantity that is worst for each, the wall
-seconds, and the sampler's own sentence when it failed. Point-fit methods (EM, VB) have no
-chains and are left out. ``--extra`` is passed to every run (a sampler option to compare, such
-as replica exchange); ``--quick`` runs ``--quick`` instead of the defaults (a smoke test of
-the script, not a verdict).
+seconds, the run's peak resident memory (its own rusage), and the sampler's own sentence when it
+failed. Point-fit methods (EM, VB) have no chains and are left out. ``--extra`` is passed to
+every run (a sampler option to compare, such as replica exchange); ``--quick`` runs ``--quick``
+instead of the defaults (a smoke test of the script, not a verdict).
 
 Real data (scikit-learn's, no network): breast cancer (569 x 30, standardised) for FA, MFA, TA,
 MTA; digits > 7 (1797 x 64 binary) for CVQ and NOCA; breast cancer with its labels for the
@@ -92,6 +92,17 @@ def verdict(summary_csv: str) -> dict:
             "converged": bool(max_r <= MAX_RHAT and min_e >= MIN_ESS)}
 
 
+def run_measured(argv: list[str]) -> tuple[int, str, float]:
+    """Run argv to its end: (exit status, stdout and stderr, the process's peak resident memory
+    in GB, from its own rusage: this run's, not the largest of every child so far)."""
+    with tempfile.TemporaryFile(mode="w+") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, text=True)
+        _, status, usage = os.wait4(proc.pid, 0)  # Popen.wait would not give this child's rusage
+        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: tell Popen so
+        out.seek(0)
+        return proc.returncode, out.read(), usage.ru_maxrss / 2**20  # KiB on Linux
+
+
 def run_one(model: str, method: str, data: str, extra: list[str], quick: bool) -> dict:
     row = {"model": model, "method": method, "data": data, "extra": " ".join(extra)}
     with tempfile.TemporaryDirectory() as folder:
@@ -102,11 +113,11 @@ def run_one(model: str, method: str, data: str, extra: list[str], quick: bool) -
         if data == "real":
             argv += real_data(model, folder)
         t0 = time.perf_counter()
-        proc = subprocess.run(argv, capture_output=True, text=True)
+        returncode, output, row["peak_rss_gb"] = run_measured(argv)
         row["wall_s"] = time.perf_counter() - t0
-        if proc.returncode != 0:
-            lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
-            return {**row, "error": lines[-1] if lines else f"exit {proc.returncode}"}
+        if returncode != 0:
+            lines = [line for line in output.splitlines() if line.strip()]
+            return {**row, "error": lines[-1] if lines else f"exit {returncode}"}
         return {**row, **verdict(os.path.join(folder, "run", "summary.csv"))}
 
 
@@ -141,7 +152,8 @@ def main(argv=None):
                 continue
             flag = "" if row["converged"] else "  NOT converged"
             print(f"{model:9} {method:8} {data:8} {row['wall_s']:7.0f} {row['max_rhat']:9.3f} "
-                  f"{row['min_ess_bulk']:8.0f}  {row['worst_rhat']} / {row['worst_ess']}{flag}",
+                  f"{row['min_ess_bulk']:8.0f}  {row['worst_rhat']} / {row['worst_ess']}  "
+                  f"(peak RSS {row['peak_rss_gb']:.2f} GB){flag}",
                   flush=True)
     ok = [r for r in rows if r.get("converged")]
     print(f"\n{len(ok)} of {len(rows)} runs converged (max R-hat <= {MAX_RHAT}, "
