@@ -6,6 +6,7 @@ hinge-factor form of the same model (``nuts``, a baseline)."""
 
 from __future__ import annotations
 
+import json
 from functools import partial
 
 import jax
@@ -95,8 +96,6 @@ def _prediction_data(idata, transform, z=None):
 def _label_values(data) -> str:
     """The user's two label values, negative class first, as JSON (the run's attribute
     ``latentzoo_label_values``: the model's -1 and +1 in the user's own values)."""
-    import json
-
     from latentzoo.inference.rank_svm.fit import label_classes
 
     return json.dumps([v.item() for v in label_classes(data[1])])
@@ -172,6 +171,11 @@ def _run_mcmc(data, cfg, *, nuts: bool):
     u = samples["u"]
     idata = runs.mcmc_idata(mcmc, drop=DROP, log_likelihood={"y": label_loglik(y, u)})
     azx.set_posterior_attrs(idata, latentzoo_label_values=_label_values(data))
+    # the moves the table ran with, as resolved (--relabel auto is on for NL and off for L; the
+    # run's options keep the words given, which a resume compares)
+    moves = [name for name, on in (("classifier-scale", classifier_scale), ("factor-rotation", rotation),
+                                   ("relabel", relabel)) if on and not nuts]
+    azx.set_posterior_attrs(idata, latentzoo_gibbs_moves=json.dumps(moves))
     _prediction_data(idata, transform, None if variant.startswith("G") else samples["z"])
     return _with_label_predictive(idata, y, u, cfg.seed)
 
@@ -215,8 +219,6 @@ def rank_svm_predict(draws, X_new, run):
     transform over the G variants' own, which is then the identity); ``run``: the whole saved
     run. The R variants use the draws whose training scores the
     run stored and return their positions as ``draw_index``."""
-    import json
-
     from latentzoo.inference.rank_svm.predict import posterior_predictive
 
     attrs = azx.posterior_attrs(run)

@@ -34,8 +34,10 @@ def test_on_puts_the_moves_in_the_gibbs_table_and_the_run_records_them(tmp_path,
     code = main(["run", "rank-svm", "--variant", "G-NL", *flags, *TINY, "--out", str(out)])
     assert code == 0, capsys.readouterr().err
     assert asked == [(True, True, True)]
-    options = json.loads(azx.load(str(out / "posterior.nc")).posterior.attrs["latentzoo_options"])
+    attrs = azx.load(str(out / "posterior.nc")).posterior.attrs
+    options = json.loads(attrs["latentzoo_options"])
     assert [options[o] for o in OPTIONS] == ["on", "on", "on"]
+    assert json.loads(attrs["latentzoo_gibbs_moves"]) == list(OPTIONS)
 
 
 @pytest.mark.parametrize("option", OPTIONS)
