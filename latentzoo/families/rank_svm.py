@@ -328,7 +328,9 @@ RANK_SVM = register(
             Method("vb", _run_vb, kind="point"),
             Method("nuts", partial(_run_mcmc, nuts=True)),
         ),
-        identified=("Phi_tilde_a", "Phi_tilde_beta", "Phi_beta"),
+        # alpha: the NL variants' DP concentration, free of the components' labels (the L
+        # variants have none, and summaries skip a site a run does not have)
+        identified=("Phi_tilde_a", "Phi_tilde_beta", "Phi_beta", "alpha"),
         trace_sites=("Phi_tilde_a", "Phi_beta"),
         posterior_predictive=None,
         predict=rank_svm_predict,
