@@ -172,9 +172,10 @@ def _run_mcmc(data, cfg, *, nuts: bool):
     idata = runs.mcmc_idata(mcmc, drop=DROP, log_likelihood={"y": label_loglik(y, u)})
     azx.set_posterior_attrs(idata, latentzoo_label_values=_label_values(data))
     # the moves the table ran with, as resolved (--relabel auto is on for NL and off for L; the
-    # run's options keep the words given, which a resume compares)
+    # run's options keep the words given, which a resume compares). NUTS has none: a move asked
+    # of it, or NUTS on an NL variant, was refused above.
     moves = [name for name, on in (("classifier-scale", classifier_scale), ("factor-rotation", rotation),
-                                   ("relabel", relabel)) if on and not nuts]
+                                   ("relabel", relabel)) if on]
     azx.set_posterior_attrs(idata, latentzoo_gibbs_moves=json.dumps(moves))
     _prediction_data(idata, transform, None if variant.startswith("G") else samples["z"])
     return _with_label_predictive(idata, y, u, cfg.seed)

@@ -71,7 +71,7 @@ def test_segments_do_not_keep_every_segments_compiled_loop(tmp_path):
     # NumPyro compiles its sampling loop afresh on every MCMC.run (a new jit object each call),
     # and JAX's caches kept each one: NOCA's default run grew by about 50 MB a segment and chain
     # to 5.7 GB. The segments drop those caches, so the programs alive after a run must not
-    # grow with the number of segments (without it: 7 more a segment here).
+    # grow with the number of segments (without it: 25 more at three segments than at one).
     from jax.extend.backend import get_backend
 
     def live_after(segments):
