@@ -198,14 +198,6 @@ def run_mcmc_segments(mcmc, cfg, model_args, model_kwargs, *, rng_key, extra_fie
         parts.append(draws)
         done += n
         mcmc.post_warmup_state = mcmc.last_state
-        if done < cfg.samples:
-            # NumPyro's fori_collect wraps its loop in a new jit object on every call, so each
-            # segment (and each chain of a sequential run) compiles its loop again and JAX's
-            # caches keep every such executable: about 50 MB a segment and chain for NOCA,
-            # whose default run grew to 5.7 GB. The next segment compiles afresh anyway (from
-            # the persistent cache when one is set), so dropping the in-memory caches costs
-            # only the retracing and the small programs around the loop.
-            jax.clear_caches()
     # One MCMC holding every draw, as an uninterrupted `run` leaves it (get_samples, ArviZ); a
     # resume that found every segment saved has not run at all, so give it the run's arguments.
     mcmc.num_samples = cfg.samples

@@ -21,6 +21,7 @@ import numpy as np
 
 from latentzoo import arviz_adapter as azx
 from latentzoo import arviz_plots as azp
+from latentzoo.compiled_loop import one_compiled_loop
 
 __all__ = [
     "run_mcmc",
@@ -93,13 +94,15 @@ def run_mcmc(kernel, cfg, *model_args, extra_fields=(), init_params=None, thinni
     if cfg.progress:  # the bars stand at 0 while XLA compiles: say so
         print(f"compiling the sampler for these sizes (chains {cfg.chains}, warm-up {cfg.warmup}, "
               f"draws {cfg.samples}); its progress bars follow", file=sys.stderr, flush=True)
-    if getattr(cfg, "checkpoint_dir", None):
-        from latentzoo.checkpoint import run_mcmc_segments
+    # one compiled sampling loop for every chain and segment (latentzoo.compiled_loop)
+    with one_compiled_loop():
+        if getattr(cfg, "checkpoint_dir", None):
+            from latentzoo.checkpoint import run_mcmc_segments
 
-        return run_mcmc_segments(mcmc, cfg, model_args, model_kwargs, rng_key=jax.random.PRNGKey(cfg.seed),
-                                 extra_fields=extra_fields, init_params=init_params)
-    mcmc.run(jax.random.PRNGKey(cfg.seed), *model_args, extra_fields=tuple(extra_fields),
-             init_params=init_params, **model_kwargs)
+            return run_mcmc_segments(mcmc, cfg, model_args, model_kwargs, rng_key=jax.random.PRNGKey(cfg.seed),
+                                     extra_fields=extra_fields, init_params=init_params)
+        mcmc.run(jax.random.PRNGKey(cfg.seed), *model_args, extra_fields=tuple(extra_fields),
+                 init_params=init_params, **model_kwargs)
     return mcmc
 
 

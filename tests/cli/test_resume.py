@@ -67,22 +67,52 @@ def test_segments_and_resumes_give_the_draws_of_one_run(kernel, tmp_path):
     _same_draws(one, run_mcmc(make(), ck._replace(resume=True), X, **kw))
 
 
-def test_segments_do_not_keep_every_segments_compiled_loop(tmp_path):
-    # NumPyro compiles its sampling loop afresh on every MCMC.run (a new jit object each call),
-    # and JAX's caches kept each one: NOCA's default run grew by about 50 MB a segment and chain
-    # to 5.7 GB. The segments drop those caches, so the programs alive after a run must not
-    # grow with the number of segments (without it: 25 more at three segments than at one).
+def _sampling_loops_compiled_by(cfg):
+    """How many compiled NumPyro sampling loops (``fori_collect``'s ``_fori_collect_loop``) the run
+    of ``cfg`` added to those alive in this process."""
     from jax.extend.backend import get_backend
 
-    def live_after(segments):
-        cfg = RunConfig(K=1, chains=1, warmup=2, samples=2 * segments, seed=3,
-                        checkpoint_dir=str(tmp_path / str(segments)), checkpoint_every=2)
-        run_mcmc(ConjugateGibbs(MODEL, fa_updates()), cfg, X)
+    def loops():
         gc.collect()
-        return len(get_backend().live_executables())
+        return sum(e.hlo_modules()[0].name == "jit__fori_collect_loop" for e in get_backend().live_executables())
 
-    one = live_after(1)
-    assert live_after(3) <= one
+    before = loops()
+    run_mcmc(ConjugateGibbs(MODEL, fa_updates()), cfg, X)
+    return loops() - before
+
+
+def test_segments_compile_the_sampling_loop_once(tmp_path):
+    # NumPyro compiles its sampling loop afresh on every MCMC.run (a new jit object each call),
+    # and JAX's caches kept each one: NOCA's default run grew by about 50 MB a segment and chain
+    # to 5.7 GB. run_mcmc keeps one loop for every segment of a length (latentzoo.compiled_loop):
+    # the warm-up's and the segments', however many segments (without it, one more per segment).
+    for segments in (1, 3):
+        cfg = RunConfig(K=1, chains=1, warmup=3, samples=2 * segments, seed=3,
+                        checkpoint_dir=str(tmp_path / str(segments)), checkpoint_every=2)
+        assert _sampling_loops_compiled_by(cfg) == 2, segments
+
+
+def test_sequential_chains_share_one_compiled_loop():
+    # The same for the chains of a sequential run: each chain compiled (and kept) its own copy of
+    # the loop, about 7 s and 210 MB a chain for the rank SVM's G-NL table. Without
+    # one_compiled_loop three chains compile three loops.
+    assert _sampling_loops_compiled_by(RunConfig(K=1, chains=3, warmup=2, samples=2, seed=5)) == 1
+
+
+def test_one_compiled_loop_leaves_the_draws_unchanged():
+    from latentzoo.compiled_loop import one_compiled_loop
+
+    def draws(shared):
+        mcmc = MCMC(ConjugateGibbs(MODEL, fa_updates()), num_warmup=3, num_samples=4, num_chains=2,
+                    chain_method="sequential", progress_bar=False, jit_model_args=True)
+        if shared:
+            with one_compiled_loop():
+                mcmc.run(jax.random.PRNGKey(1), X)
+        else:
+            mcmc.run(jax.random.PRNGKey(1), X)
+        return mcmc
+
+    _same_draws(draws(False), draws(True))
 
 
 def test_thinned_segments_keep_the_draws_of_one_thinned_run(tmp_path):
