@@ -4,9 +4,9 @@
 per chain of a sequential run, wraps its step in a new ``jax.jit`` object on every call and
 passes it to the jitted loop as a *static* argument. Two ``jit`` objects of one function are
 never equal, so JAX's caches miss on every call: each chain and each checkpoint segment traced
-and compiled the same loop again (about 7 s a chain for the rank SVM's G-NL table), and the
-in-memory caches kept every copy (about 50 MB a chain and segment for NOCA, whose default run
-grew to 5.7 GB; 210 MB a chain for G-NL).
+and compiled the same loop again (the rank SVM's quick run: 13.7 s of XLA compiling per chain
+where no persistent cache holds the loop), and the in-memory caches kept every copy (about 50 MB
+a chain and segment for NOCA, whose default run grew to 5.7 GB; 210 MB a chain for G-NL).
 
 :func:`one_compiled_loop` makes NumPyro's ``maybe_jit`` return the same ``jit`` object for the
 same function and options while the context is open. The step function it wraps is already the
@@ -28,7 +28,9 @@ __all__ = ["one_compiled_loop"]
 @contextlib.contextmanager
 def one_compiled_loop() -> Iterator[None]:
     """Within the context, ``numpyro.util.maybe_jit(fn, **options)`` returns one ``jit`` object
-    per ``(fn, options)``; the objects are dropped when it closes. Re-entrant."""
+    per ``(fn, options)``; the objects are dropped when it closes. Re-entrant. The patch is
+    process-wide while the context is open (a run in another thread at the same time shares it,
+    which changes nothing but what is compiled)."""
     import numpyro.util as nutil
 
     original = getattr(nutil, "maybe_jit", None)
