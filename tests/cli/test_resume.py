@@ -100,6 +100,8 @@ def test_sequential_chains_share_one_compiled_loop():
 
 
 def test_one_compiled_loop_leaves_the_draws_unchanged():
+    import numpyro.util
+
     from latentzoo.compiled_loop import one_compiled_loop
 
     def draws(shared):
@@ -113,6 +115,9 @@ def test_one_compiled_loop_leaves_the_draws_unchanged():
         return mcmc
 
     _same_draws(draws(False), draws(True))
+    # and NumPyro is itself again afterwards: a patch left in place would keep every jit object
+    # of every later run alive
+    assert not getattr(numpyro.util.maybe_jit, "_latentzoo_memo", False)
 
 
 def test_thinned_segments_keep_the_draws_of_one_thinned_run(tmp_path):
