@@ -24,7 +24,10 @@ with the hinge's λ-marginal :math:`\ell(\delta) = -\delta - |\delta|\sqrt{1 + 2
 :math:`\lambda \sim \mathrm{Exp}(r)`, :math:`\int r e^{-r\lambda}\mathcal N(o; yu - \lambda,
 \lambda)\,d\lambda \propto \exp\{-\delta - |\delta|\sqrt{1+2r}\}` (from
 :math:`\int \lambda^{-1/2}e^{-a\lambda - b/\lambda}d\lambda = \sqrt{\pi/a}\,e^{-2\sqrt{ab}}`), and
-at the paper's flat measure (r = 0) :math:`-2\max(0, \delta)`, the hinge itself. The rank pairs'
+at the paper's flat measure (r = 0) :math:`-2\max(0, \delta)`, the hinge itself. On a tempered
+copy (margin site at inverse temperature β_T) ℓ is the tempered marginal of
+:func:`~latentzoo.inference.rank_svm.hinge.hinge_log_marginal` and λ^c's redraw its tempered
+GIG; the rest of π does not read the likelihood. The rank pairs'
 hinges and the features do not involve β, so they drop out.
 
 The step: ``num_steps`` random-walk Metropolis steps on t (each leaves π invariant), then
@@ -40,18 +43,14 @@ import jax
 import jax.numpy as jnp
 import numpyro.distributions as dist
 
-from latentzoo.inference.rank_svm.gibbs import LAM_PRIORS, hinge_lam_draw, lam_rate
+from latentzoo.inference.rank_svm.gibbs import LAM_PRIORS
+from latentzoo.inference.rank_svm.hinge import hinge_lam_draw, hinge_log_marginal, lam_rate
+from latentzoo.inference.tempering import temperature
 from latentzoo.inference.updates import Move, unwrap
 
 __all__ = ["classifier_scale_move", "classifier_scale_log_target", "hinge_log_marginal"]
 
 SITES = ("beta", "b_beta", "e_beta", "Phi_beta", "Phi_tilde_beta")
-
-
-def hinge_log_marginal(delta, rate):
-    """log ∫ Exp(λ; r) N(o; o - δ - λ, λ) dλ up to a constant in δ: -δ - abs(δ) √(1 + 2r)
-    (r = 0: the flat measure, -2 max(0, δ)). ``delta`` = margin - score, any shape."""
-    return -delta - jnp.abs(delta) * jnp.sqrt(1.0 + 2.0 * rate)
 
 
 def classifier_scale_log_target(values, obs, priors, t):
@@ -63,11 +62,12 @@ def classifier_scale_log_target(values, obs, priors, t):
     margin = obs["svm_margin"]
     score = unwrap(priors["svm_margin"]).loc + values["lam_svm"]  # y_n u_n, read off the trace
     rate = lam_rate(priors["lam_svm"])
+    beta_T = temperature(priors["svm_margin"])  # 1 untempered
 
     def log_pi(s):
         normal = -0.5 * jnp.sum((beta - m * jnp.exp(-s)) ** 2 / xi)
         gamma_top = -2.0 * top.concentration * s - top.rate * Phi_tilde * jnp.exp(-2.0 * s)
-        return normal + gamma_top + jnp.sum(hinge_log_marginal(margin - jnp.exp(s) * score, rate))
+        return normal + gamma_top + jnp.sum(hinge_log_marginal(margin - jnp.exp(s) * score, rate, beta_T))
 
     return log_pi(t) - log_pi(jnp.zeros_like(t))
 
@@ -94,10 +94,11 @@ def classifier_scale_move(num_steps: int = 4, step_size: float = 0.5) -> Move:
         return {"beta": values["beta"] * c, "b_beta": values["b_beta"] * c**2,
                 "e_beta": values["e_beta"] / c**2, "Phi_beta": values["Phi_beta"] * c**2,
                 "Phi_tilde_beta": values["Phi_tilde_beta"] / c**2,
-                "lam_svm": hinge_lam_draw(k_lam, delta, lam_rate(priors["lam_svm"]))}
+                "lam_svm": hinge_lam_draw(k_lam, delta, lam_rate(priors["lam_svm"]),
+                                          temperature(priors["svm_margin"]))}
 
     gamma = (dist.Gamma,)
     requires = {"beta": (dist.Normal,), "b_beta": gamma, "e_beta": gamma, "Phi_beta": gamma,
                 "Phi_tilde_beta": gamma, "lam_svm": LAM_PRIORS, "svm_margin": (dist.Normal,)}
     return Move("classifier scale (beta and its hierarchy, lam_svm)", SITES + ("lam_svm",),
-                requires, step, preserves_likelihood=False)
+                requires, step, tempered=True, preserves_likelihood=False)

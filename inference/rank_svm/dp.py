@@ -13,7 +13,9 @@ hinge of component t(n):
   :math:`p(t(n) = t\mid\cdot) \propto q_t\,\mathcal N(z_n; \mu_t, \psi_t^{-1}I)\,
   e^{-c_{nt} - |c_{nt}|\sqrt{1+2r}}` with :math:`c_{nt} = o_n - y_n\beta_t^\top z_n`. The
   supplement's :math:`p(t(n) = t) \propto q_t\mathcal N(z_n; \mu_t, \psi_t^{-1}I)` leaves out the
-  classifier: component t's hinge depends on t.
+  classifier: component t's hinge depends on t. On a tempered copy (margin site at inverse
+  temperature β_T) the hinge term is :func:`~latentzoo.inference.rank_svm.hinge.hinge_log_marginal`
+  at β_T and λ^c_n's draw GIG(β_T + 2r, β_T c², 1 - β_T/2); the other blocks read no likelihood.
 - :math:`\nu_t \mid \cdot \sim \mathrm{Beta}(1 + N_t, \alpha + N_{>t})`,
   :math:`\alpha \mid \cdot \sim \mathrm{Ga}(a_\alpha + T - 1, b_\alpha - \sum_{t<T}\log(1-\nu_t))`
   (supplement: right).
@@ -32,7 +34,8 @@ import jax
 import jax.numpy as jnp
 import numpyro.distributions as dist
 
-from latentzoo.inference.rank_svm.gibbs import hinge_lam_draw, lam_rate
+from latentzoo.inference.rank_svm.hinge import hinge_lam_draw, hinge_log_marginal, lam_rate
+from latentzoo.inference.tempering import temperature
 from latentzoo.inference.updates import GibbsUpdate, unwrap
 
 __all__ = ["t_lam_update", "nu_update", "alpha_update", "mu_update", "psi_update", "dp_updates",
@@ -52,8 +55,8 @@ def t_logits(values, obs, priors):
     sq = jnp.sum((z[:, None, :] - mu[None]) ** 2, -1)  # (N, T)
     log_z = 0.5 * K * jnp.log(psi)[None] - 0.5 * psi[None] * sq
     c = obs["svm_margin"][:, None] - y[:, None] * (z @ beta.T)
-    root = jnp.sqrt(1.0 + 2.0 * lam_rate(priors["lam_svm"]))
-    return logq + log_z - c - jnp.abs(c) * root, c
+    hinge = hinge_log_marginal(c, lam_rate(priors["lam_svm"]), temperature(priors["svm_margin"]))
+    return logq + log_z + hinge, c
 
 
 def t_lam_update() -> GibbsUpdate:
@@ -64,11 +67,13 @@ def t_lam_update() -> GibbsUpdate:
         logits, c = t_logits(values, obs, priors)
         t = jax.random.categorical(k_t, logits, axis=-1)
         c_t = jnp.take_along_axis(c, t[:, None], 1)[:, 0]
-        return {"t": t, "lam_svm": hinge_lam_draw(k_lam, c_t, lam_rate(priors["lam_svm"]))}
+        return {"t": t, "lam_svm": hinge_lam_draw(k_lam, c_t, lam_rate(priors["lam_svm"]),
+                                                  temperature(priors["svm_margin"]))}
 
     requires = {"t": CATEGORICAL, "z": NORMAL, "lam_svm": (dist.ImproperUniform, dist.Exponential),
                 "svm_margin": NORMAL}
-    return GibbsUpdate("t, lam_svm | z, beta, mu, psi, nu", ("t", "lam_svm"), requires, draw=draw)
+    return GibbsUpdate("t, lam_svm | z, beta, mu, psi, nu", ("t", "lam_svm"), requires, draw=draw,
+                       tempered=True)
 
 
 def _counts(t, T):
@@ -86,7 +91,7 @@ def nu_update() -> GibbsUpdate:
         return {"nu": dist.Beta(jnp.broadcast_to(base.concentration1, nu.shape) + n[:-1],
                                 jnp.broadcast_to(base.concentration0, nu.shape) + above)}
 
-    return GibbsUpdate("nu | t, alpha", ("nu",), {"nu": BETA, "t": CATEGORICAL}, conditional)
+    return GibbsUpdate("nu | t, alpha", ("nu",), {"nu": BETA, "t": CATEGORICAL}, conditional, tempered=True)
 
 
 def alpha_update() -> GibbsUpdate:
@@ -98,7 +103,7 @@ def alpha_update() -> GibbsUpdate:
         return {"alpha": dist.Gamma(base.concentration + nu.shape[0],
                                     base.rate - jnp.sum(jnp.log1p(-nu)))}
 
-    return GibbsUpdate("alpha | nu", ("alpha",), {"alpha": GAMMA, "nu": BETA}, conditional)
+    return GibbsUpdate("alpha | nu", ("alpha",), {"alpha": GAMMA, "nu": BETA}, conditional, tempered=True)
 
 
 def mu_update() -> GibbsUpdate:
@@ -113,7 +118,7 @@ def mu_update() -> GibbsUpdate:
         h = jnp.broadcast_to(base.loc, mu.shape) * prec0 + psi[:, None] * jax.ops.segment_sum(z, t, num_segments=T)
         return {"mu": dist.Normal(h / P, 1.0 / jnp.sqrt(P))}
 
-    return GibbsUpdate("mu | z, t, psi", ("mu",), {"mu": NORMAL, "z": NORMAL}, conditional)
+    return GibbsUpdate("mu | z, t, psi", ("mu",), {"mu": NORMAL, "z": NORMAL}, conditional, tempered=True)
 
 
 def psi_update() -> GibbsUpdate:
@@ -127,9 +132,10 @@ def psi_update() -> GibbsUpdate:
         return {"psi": dist.Gamma(jnp.broadcast_to(base.concentration, psi.shape) + 0.5 * K * _counts(t, T),
                                   jnp.broadcast_to(base.rate, psi.shape) + 0.5 * sq)}
 
-    return GibbsUpdate("psi | z, t, mu", ("psi",), {"psi": GAMMA, "z": NORMAL}, conditional)
+    return GibbsUpdate("psi | z, t, mu", ("psi",), {"psi": GAMMA, "z": NORMAL}, conditional, tempered=True)
 
 
 def dp_updates() -> list[GibbsUpdate]:
-    """The DP mixture's parameter blocks (t and λ^c come from :func:`t_lam_update`)."""
+    """The DP mixture's parameter blocks (t and λ^c come from :func:`t_lam_update`). They read
+    no likelihood, so they are the same on a tempered copy."""
     return [nu_update(), alpha_update(), mu_update(), psi_update()]

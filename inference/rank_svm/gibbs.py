@@ -32,6 +32,15 @@ fit). Each hinge contributes :math:`\mathcal N(o; u - \lambda, \lambda)\,h(\lamb
 - :math:`\tau_i \mid \cdot`: :math:`\mathrm{Ga}(a_\tau + N/2, b_\tau + \tfrac12\sum_n(x_{in} -
   a_i^\top z_n)^2)`.
 
+**Tempered copies** (replica exchange): every update reads its likelihood site's inverse
+temperature :math:`\beta_T` (:func:`~latentzoo.inference.tempering.temperature`; 1 untempered).
+Raising :math:`\mathcal N(o; u - \lambda, \lambda)` or :math:`\mathcal N(x; a^\top z, 1/\tau)`
+to the power :math:`\beta_T` multiplies its quadratic form by :math:`\beta_T`, so every
+:math:`1/\lambda` and every :math:`\tau` above becomes :math:`\beta_T/\lambda` and
+:math:`\beta_T\tau`, and τ's shape gains :math:`\beta_T N/2` and its rate
+:math:`\tfrac{\beta_T}2\sum_n(\cdot)^2`; λ's conditional becomes GIG(β_T + 2r, β_T c², 1 - β_T/2)
+(:mod:`.hinge`).
+
 The shrinkage blocks are :mod:`.shrinkage`, the DP mixture's :mod:`.dp`.
 """
 
@@ -43,7 +52,8 @@ import numpyro.distributions as dist
 
 from latentzoo.inference import small_linalg
 from latentzoo.inference.gaussian import gaussian_draw, mvn_from_precision
-from latentzoo.inference.gig import GeneralizedInverseGaussian, polson_scott_lambda
+from latentzoo.inference.rank_svm.hinge import hinge_lam_draw, hinge_lam_law, lam_rate
+from latentzoo.inference.tempering import temperature
 from latentzoo.inference.updates import GibbsUpdate, unwrap
 
 __all__ = [
@@ -61,24 +71,9 @@ NORMAL, GAMMA = (dist.Normal,), (dist.Gamma,)
 LAM_PRIORS = (dist.ImproperUniform, dist.Exponential)
 
 
-def lam_rate(prior) -> jax.Array:
-    """The rate r of the augmentation's Exp(r) prior; 0 for the paper's flat measure."""
-    base = unwrap(prior)
-    return jnp.zeros(()) if isinstance(base, dist.ImproperUniform) else base.rate
-
-
 def _score(values, priors, kind):
     """The hinge's score u, read back from the margin's mean u - λ."""
     return unwrap(priors[f"{kind}_margin"]).loc + values[f"lam_{kind}"]
-
-
-def hinge_lam_draw(key, c, rate):
-    """λ ~ GIG(1 + 2r, c², 1/2) for hinge residuals c = o - u, finite at c = 0.
-
-    GIG scales as s·GIG(a, b, p) = GIG(a/s, s b, p), so this is (1 + 2r)⁻¹ times the Polson–Scott
-    draw GIG(1, (1 + 2r) c², 1/2) of :func:`~latentzoo.inference.gig.polson_scott_lambda`."""
-    a = 1.0 + 2.0 * rate
-    return polson_scott_lambda(key, jnp.sqrt(a) * jnp.abs(c)) / a
 
 
 def lam_update(kind: str) -> GibbsUpdate:
@@ -87,15 +82,14 @@ def lam_update(kind: str) -> GibbsUpdate:
 
     def conditional(values, obs, priors):
         c = obs[f"{kind}_margin"] - _score(values, priors, kind)
-        a = jnp.broadcast_to(1.0 + 2.0 * lam_rate(priors[site]), c.shape)
-        return {site: GeneralizedInverseGaussian(a, c**2, jnp.full(c.shape, 0.5))}
+        return {site: hinge_lam_law(c, lam_rate(priors[site]), temperature(priors[f"{kind}_margin"]))}
 
     def draw(key, values, obs, priors):
         c = obs[f"{kind}_margin"] - _score(values, priors, kind)
-        return {site: hinge_lam_draw(key, c, lam_rate(priors[site]))}
+        return {site: hinge_lam_draw(key, c, lam_rate(priors[site]), temperature(priors[f"{kind}_margin"]))}
 
     return GibbsUpdate(f"{site} | scores", (site,), {site: LAM_PRIORS, f"{kind}_margin": NORMAL},
-                       conditional, draw)
+                       conditional, draw, tempered=True)
 
 
 # ---------------------------------------------------------------------------------- z
@@ -106,10 +100,11 @@ def _z_prior(priors, shape):
     return prec, loc * prec
 
 
-def _svm_terms(values, obs, y, t):
-    """Per row: the classifier's vector b_n = β_{t(n)}, 1/λ^c_n and the linear coefficient."""
+def _svm_terms(values, obs, priors, y, t):
+    """Per row: the classifier's vector b_n = β_{t(n)}, the weight β_T/λ^c_n (β_T the margin
+    site's inverse temperature, 1 untempered) and the linear coefficient."""
     b = values["beta"][t]
-    inv = 1.0 / values["lam_svm"]
+    inv = temperature(priors["svm_margin"]) / values["lam_svm"]
     return b, inv, y * (obs["svm_margin"] + values["lam_svm"]) * inv
 
 
@@ -122,11 +117,11 @@ def z_row_precision(values, obs, priors, *, t, ranked: bool):
     A, z = values["A"], values["z"]
     prec, h = _z_prior(priors, z.shape)
     P = prec[:, :, None] * jnp.eye(z.shape[1])
-    b, inv, lin = _svm_terms(values, obs, y, t)
+    b, inv, lin = _svm_terms(values, obs, priors, y, t)
     P = P + inv[:, None, None] * b[:, :, None] * b[:, None, :]
     h = h + lin[:, None] * b
-    if not ranked:  # Gaussian features
-        tau = values["tau"]
+    if not ranked:  # Gaussian features, noise precisions tempered
+        tau = temperature(priors["X"]) * values["tau"]
         P = P + (A.T * tau) @ A
         h = h + (obs["X"] * tau) @ A
         return P, h
@@ -134,7 +129,7 @@ def z_row_precision(values, obs, priors, *, t, ranked: bool):
     lam, o = values["lam_rank"], obs["rank_margin"]
     inc, role = pairs.incidence, pairs.role
     a = A[pairs.feature[inc]]  # (N, L, K)
-    w = jnp.abs(role) / lam[inc]  # (N, L): 1/λ, 0 on padding
+    w = temperature(priors["rank_margin"]) * jnp.abs(role) / lam[inc]  # (N, L): β_T/λ, 0 on padding
     P = P + jnp.einsum("nl,nlk,nlj->nkj", w, a, a)
     h = h + jnp.einsum("nl,nlk->nk", w * role * (o[inc] + lam[inc]), a)
     return P, h
@@ -161,7 +156,7 @@ def z_update(*, t_site: str | None = None, ranked: bool = True) -> GibbsUpdate:
         inc, role = pairs.incidence, pairs.role
         other = jnp.where(role > 0, pairs.lo[inc], pairs.hi[inc])  # (N, L)
         a = A[pairs.feature[inc]]
-        wa = (jnp.abs(role) / lam[inc])[..., None] * a  # (N, L, K)
+        wa = (temperature(priors["rank_margin"]) * jnp.abs(role) / lam[inc])[..., None] * a  # (N, L, K)
         L = small_linalg.cholesky(P)  # plain XLA: batched LAPACK can deadlock (see small_linalg)
         eps = jax.random.normal(key, h.shape, h.dtype)
 
@@ -178,7 +173,7 @@ def z_update(*, t_site: str | None = None, ranked: bool = True) -> GibbsUpdate:
     requires = {"z": NORMAL, "beta": NORMAL, "svm_margin": NORMAL}
     requires.update({"rank_margin": NORMAL} if ranked else {"X": NORMAL})
     return GibbsUpdate("z | A, beta, lambdas", ("z",), requires,
-                       None if ranked else conditional, draw)
+                       None if ranked else conditional, draw, tempered=True)
 
 
 # ---------------------------------------------------------------------------------- A
@@ -193,22 +188,23 @@ def A_update(*, ranked: bool = True) -> GibbsUpdate:
         P = prec[:, :, None] * jnp.eye(A.shape[1])
         h = jnp.broadcast_to(base.loc, A.shape) * prec
         if not ranked:
-            tau = values["tau"]
+            tau = temperature(priors["X"]) * values["tau"]
             P = P + tau[:, None, None] * (z.T @ z)[None]
             h = h + tau[:, None] * (obs["X"].T @ z)
         else:
             pairs = obs["pairs"]
             lam, o = values["lam_rank"], obs["rank_margin"]
+            w = temperature(priors["rank_margin"]) / lam  # β_T/λ per pair
             d = z[pairs.hi] - z[pairs.lo]  # (P, K)
             D = A.shape[0]
-            P = P + jax.ops.segment_sum(d[:, :, None] * d[:, None, :] / lam[:, None, None],
+            P = P + jax.ops.segment_sum(w[:, None, None] * d[:, :, None] * d[:, None, :],
                                         pairs.feature, num_segments=D)
-            h = h + jax.ops.segment_sum(d * ((o + lam) / lam)[:, None], pairs.feature, num_segments=D)
+            h = h + jax.ops.segment_sum(d * ((o + lam) * w)[:, None], pairs.feature, num_segments=D)
         return {"A": mvn_from_precision(P, h).to_event(1)}
 
     requires = {"A": NORMAL}
     requires.update({"rank_margin": NORMAL} if ranked else {"X": NORMAL})
-    return GibbsUpdate("A | z, lambdas, xi", ("A",), requires, conditional)
+    return GibbsUpdate("A | z, lambdas, xi", ("A",), requires, conditional, tempered=True)
 
 
 # ------------------------------------------------------------------------------- beta
@@ -224,13 +220,14 @@ def beta_update(*, t_site: str | None = None) -> GibbsUpdate:
         prec = jnp.broadcast_to(1.0 / base.scale**2, beta.shape)
         P = prec[:, :, None] * jnp.eye(beta.shape[1])
         h = jnp.broadcast_to(base.loc, beta.shape) * prec
-        P = P + jax.ops.segment_sum(z[:, :, None] * z[:, None, :] / lam[:, None, None], t, num_segments=T)
-        lin = y * (obs["svm_margin"] + lam) / lam
+        w = temperature(priors["svm_margin"]) / lam  # β_T/λ^c
+        P = P + jax.ops.segment_sum(w[:, None, None] * z[:, :, None] * z[:, None, :], t, num_segments=T)
+        lin = y * (obs["svm_margin"] + lam) * w
         h = h + jax.ops.segment_sum(lin[:, None] * z, t, num_segments=T)
         return {"beta": mvn_from_precision(P, h).to_event(1)}
 
     return GibbsUpdate("beta | z, lambda_svm, b", ("beta",), {"beta": NORMAL, "svm_margin": NORMAL},
-                       conditional)
+                       conditional, tempered=True)
 
 
 # -------------------------------------------------------------------------------- tau
@@ -239,9 +236,10 @@ def tau_update() -> GibbsUpdate:
 
     def conditional(values, obs, priors):
         base = unwrap(priors["tau"])
+        beta_T = temperature(priors["X"])  # N(x; m, 1/τ)^β ∝ τ^{β/2} exp(-βτ(x - m)²/2)
         R = obs["X"] - values["z"] @ values["A"].T
         shape = values["tau"].shape
-        return {"tau": dist.Gamma(jnp.broadcast_to(base.concentration + 0.5 * R.shape[0], shape),
-                                  jnp.broadcast_to(base.rate + 0.5 * jnp.sum(R**2, 0), shape))}
+        return {"tau": dist.Gamma(jnp.broadcast_to(base.concentration + 0.5 * beta_T * R.shape[0], shape),
+                                  jnp.broadcast_to(base.rate + 0.5 * beta_T * jnp.sum(R**2, 0), shape))}
 
-    return GibbsUpdate("tau | A, z", ("tau",), {"tau": GAMMA, "X": NORMAL}, conditional)
+    return GibbsUpdate("tau | A, z", ("tau",), {"tau": GAMMA, "X": NORMAL}, conditional, tempered=True)

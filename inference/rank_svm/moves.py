@@ -71,8 +71,9 @@ def scale_move(*, mixture: bool) -> Move:
         return jnp.log(values["z"][0] / reference["z"][0])
 
     requires = {"z": NORMAL, "A": NORMAL, "beta": NORMAL, **({"mu": NORMAL} if mixture else {})}
+    # the likelihood sees only A zᵀ and βᵀ z, which the action keeps: exact at every temperature
     return Move("factor scales (z, A, beta)", up + ("A", "beta"), requires, step,
-                orbit, orbit_log_jacobian, coordinate)
+                orbit, orbit_log_jacobian, coordinate, tempered=True)
 
 
 def hierarchy_scale_move(coef: str, variance: str, rate: str, scale: str, scale_rate: str) -> Move:
@@ -114,4 +115,4 @@ def hierarchy_scale_move(coef: str, variance: str, rate: str, scale: str, scale_
     requires = {coef: NORMAL, variance: gamma, rate: gamma, scale: gamma, scale_rate: gamma}
     return Move(f"hierarchy scale ({variance}, {rate}, {scale}, {scale_rate})",
                 (variance, rate, scale, scale_rate), requires, step, orbit, orbit_log_jacobian,
-                coordinate)
+                coordinate, tempered=True)  # prior sites only: exact at every temperature

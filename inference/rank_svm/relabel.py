@@ -129,4 +129,6 @@ def relabel_move() -> Move:
                 "t": CATEGORICAL, "nu": BETA, "alpha": GAMMA}
     # a discrete orbit (the component permutations): no continuous orbit to check; the likelihood
     # invariance check and the ratio tests apply
-    return Move("DP relabelling (label swaps, adjacent swaps with weights)", sites, requires, step)
+    # a permutation of the components keeps the likelihood: exact at every temperature
+    return Move("DP relabelling (label swaps, adjacent swaps with weights)", sites, requires, step,
+                tempered=True)

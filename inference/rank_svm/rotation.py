@@ -126,4 +126,4 @@ def factor_rotation_move(*, mixture: bool) -> Move:
 
     requires = {"z": NORMAL, "A": NORMAL, "beta": NORMAL, **({"mu": NORMAL} if mixture else {})}
     return Move("factor rotations (z, A, beta" + (", mu)" if mixture else ")"), sites, requires,
-                step, orbit, None, coordinate)
+                step, orbit, None, coordinate, tempered=True)  # the likelihood is kept: any temperature

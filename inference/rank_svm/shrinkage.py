@@ -80,11 +80,11 @@ def tpb_updates(coef: str, variance: str, rate: str, scale: str, scale_rate: str
 
     return [
         GibbsUpdate(f"{variance} | {coef}, {rate}", (variance,),
-                    {coef: NORMAL, variance: GAMMA}, variance_conditional),
+                    {coef: NORMAL, variance: GAMMA}, variance_conditional, tempered=True),
         GibbsUpdate(f"{rate} | {variance}, {scale}", (rate,),
-                    {variance: GAMMA, rate: GAMMA}, rate_conditional),
+                    {variance: GAMMA, rate: GAMMA}, rate_conditional, tempered=True),
         GibbsUpdate(f"{scale} | {rate}, {scale_rate}", (scale,),
-                    {rate: GAMMA, scale: GAMMA}, scale_conditional),
+                    {rate: GAMMA, scale: GAMMA}, scale_conditional, tempered=True),
         GibbsUpdate(f"{scale_rate} | {scale}", (scale_rate,),
-                    {scale: GAMMA, scale_rate: GAMMA}, scale_rate_conditional),
-    ]
+                    {scale: GAMMA, scale_rate: GAMMA}, scale_rate_conditional, tempered=True),
+    ]  # prior sites only: the same on a tempered copy

@@ -37,3 +37,22 @@ def test_what_replica_exchange_cannot_run_is_one_sentence_and_nothing_written(ar
     err = capsys.readouterr().err
     assert phrase in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     assert not out.exists()
+
+
+def test_the_rank_svm_runs_as_replica_exchange_from_the_command_line(tmp_path):
+    """The rank SVM's table is tempered in every variant (tests/inference/test_rank_svm_tempered.py);
+    here the CLI's path: its data tables (labels, rank pairs) as arguments, its per-pair λ's left
+    out of the stored draws, the swap rates stored. Small data: the compile is the cost."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(24, 4))
+    np.save(tmp_path / "F.npy", X)
+    np.save(tmp_path / "y.npy", (X[:, 0] + 0.5 * rng.normal(size=24) > 0).astype(int))
+    out = tmp_path / "rank-svm"
+    assert main(["run", "rank-svm", "--data", str(tmp_path / "F.npy"), "--labels", str(tmp_path / "y.npy"),
+                 "--K", "2", "--replicas", "3", "--min-beta", "0.2", "--chains", "2", "--warmup", "10",
+                 "--samples", "10", "--no-progress", "--out", str(out)]) == 0
+    idata = azx.load(str(out / "posterior.nc"))
+    rates = np.asarray(idata.sample_stats["swap_accept_prob"])
+    assert rates.shape == (2, 10, 2) and np.all((rates >= 0) & (rates <= 1))
+    assert idata.posterior["Phi_beta"].shape[:2] == (2, 10)
+    assert "lam_rank" not in idata.posterior
