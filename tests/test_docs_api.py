@@ -82,3 +82,13 @@ def test_the_check_sees_a_new_module(tmp_path):
         "latentzoo", "latentzoo.inference", "latentzoo.inference.ta",
         "latentzoo.inference.ta.em", "latentzoo.new"]
     assert documented_modules(".. automodule:: latentzoo.new\n   :members:\n") == ["latentzoo.new"]
+
+
+def test_no_page_or_docstring_holds_a_control_character():
+    """A backslash lost in an edit (``"\\beta"`` written from a Python string) leaves a backspace
+    or bell character in the text, which Markdown and MathJax render as a missing letter
+    ("$eta = 1$", "pprox"): two pages had them. Tabs, newlines and carriage returns are fine."""
+    bad = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
+    files = [*(ROOT / "docs").rglob("*.md"), ROOT / "README.md", *public_modules().values()]
+    found = {str(p.relative_to(ROOT)): len(bad.findall(p.read_text(encoding="utf-8"))) for p in files}
+    assert {p: n for p, n in found.items() if n} == {}
