@@ -78,7 +78,7 @@ def run_cell(model: str, replicas: int, min_beta: float, chains: int, warmup: in
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="ta", help="a family with a tempered Gibbs table (ta, mta, mfa, cvq)")
+    p.add_argument("--model", default="ta", help="a family with a tempered Gibbs table (ta, mta, mfa, cvq, rank-svm)")
     p.add_argument("--ladders", default="8:0.2,16:0.1,48:0.2", help="M:B pairs: rungs and hottest beta")
     p.add_argument("--chains", type=int, default=4)
     p.add_argument("--warmup", type=int, default=500)

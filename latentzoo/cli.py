@@ -83,8 +83,8 @@ def _build_parser() -> argparse.ArgumentParser:
                         "(rank-svm's nuts method at trees of depth 5)")
     r.add_argument("--replicas", type=int, default=1, metavar="M",
                    help="run a Gibbs method as replica exchange over M tempered copies of its "
-                        "table (swap rates go to sample_stats; the tables of ta, mta, mfa and cvq have a "
-                        "tempered form); default 1: plain Gibbs")
+                        "table (swap rates go to sample_stats; the tables of ta, mta, mfa, cvq and rank-svm "
+                        "have a tempered form); default 1: plain Gibbs")
     r.add_argument("--min-beta", type=float, default=0.01, metavar="B",
                    help="the hottest copy's inverse temperature with --replicas, in (0, 1) (default 0.01)")
     r.add_argument("--distributed", action="store_true",
