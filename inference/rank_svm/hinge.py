@@ -1,5 +1,6 @@
 r"""The hinge's augmentation at any inverse temperature: the draw of λ and the hinge with λ
-integrated out, for the rank SVM's updates (:mod:`.gibbs`, :mod:`.dp`, :mod:`.classifier_scale`).
+integrated out, for the rank SVM's updates (:mod:`latentzoo.inference.rank_svm.gibbs`,
+:mod:`latentzoo.inference.rank_svm.dp`, :mod:`latentzoo.inference.rank_svm.classifier_scale`).
 
 Each hinge of :mod:`latentzoo.models.rank_factor_svm` is a latent :math:`\lambda` with prior
 :math:`h(\lambda)` (flat, the paper's, or Exp(r)) and an observed margin
@@ -88,7 +89,7 @@ def hinge_lam_draw(key, c, rate, beta=1.0):
 
 def hinge_log_marginal(delta, rate, beta=1.0):
     """log ∫ h(λ) N(o; o - δ - λ, λ)^β dλ up to a constant in δ (module docstring); ``delta`` =
-    margin - score, any shape. Untempered: -δ - |δ|√(1 + 2r), and at r = 0 the hinge
+    margin - score, any shape. Untempered: -δ - abs(δ) √(1 + 2r), and at r = 0 the hinge
     -2 max(0, δ)."""
     delta = jnp.asarray(delta)
     if is_untempered(beta):
