@@ -73,11 +73,15 @@ def test_tempered_lambda_draws_follow_their_gig_law():
     assert gap.max() > 10, gap
 
 
+def _untempered_priors(priors):
+    """``priors`` with the likelihood sites' Tempered wrapper removed."""
+    return {k: (v.base_dist if isinstance(v, Tempered) else v) for k, v in priors.items()}
+
+
 def _untempered_reading(update):
     """The control: ``update`` fed the likelihood sites with their Tempered wrapper removed,
     i.e. a derivation that forgets the temperature."""
-    def strip(priors):
-        return {k: (v.base_dist if isinstance(v, Tempered) else v) for k, v in priors.items()}
+    strip = _untempered_priors
 
     if isinstance(update, Move):
         return update._replace(step=lambda key, values, obs, priors: update.step(key, values, obs, strip(priors)))
@@ -148,10 +152,6 @@ def test_dp_label_logits_integrate_the_tempered_hinge():
     centre = lambda a: a - a.mean(1, keepdims=True)  # noqa: E731
     np.testing.assert_allclose(centre(logits), centre(want), atol=1e-6)
     assert np.abs(centre(untempered) - centre(want)).max() > 0.05
-
-
-def _untempered_priors(priors):
-    return {k: (v.base_dist if isinstance(v, Tempered) else v) for k, v in priors.items()}
 
 
 def test_classifier_scale_target_integrates_the_tempered_hinge():
