@@ -41,6 +41,7 @@ from latentzoo.inference.gaussian import gaussian_draw, mvn_from_precision
 from latentzoo.inference.updates import GibbsUpdate, prior_params, unwrap
 from latentzoo.models.conv_factor import reconstruct
 
+from .element_move import element_move as element_birth_death
 from .joint_b import joint_b_move
 from .shifts import draw_maps_coloured, draw_maps_parallel
 from .terms import BERNOULLI, GAMMA, NORMAL, W_PRIOR, residual
@@ -228,17 +229,21 @@ def beta_update() -> GibbsUpdate:
 
 
 def cfa_updates(*, w_update: str = "exact", pool: bool = False, pool_size: int = 2,
-                joint_b: bool = True):
+                joint_b: bool = True, element_move: bool = False):
     """The update table in sweep order: W, b, the joint (b, W) move, d, pi, gamma, alpha, beta.
 
     ``w_update="exact"`` with ``pool=False`` is the exact sampler (what the Geweke/SBC tests
     prove); ``w_update="parallel"`` (supplement eqs. 6-7) and ``pool=True`` (max-pooling) are the
     paper's options, neither a draw from the posterior. ``joint_b``: the exact birth/death MH
     move of (b_nk, W_nk) (:mod:`.joint_b`) after b's update, so that elements switch on and off;
-    False gives the paper's sampler (b drawn with its map fixed only).
+    False gives the paper's sampler (b drawn with its map fixed only). ``element_move``: the
+    exact element birth/death MH move (:mod:`.element_move`) after it, which brings an unused
+    element to life in one image with an atom cut from its residual, or retires one used once.
     """
     table = [W_update(w_update=w_update, pool=pool, pool_size=pool_size), b_update()]
     if joint_b:
         table.append(joint_b_move())
+    if element_move:
+        table.append(element_birth_death())
     return table + [d_update(), beta_bernoulli_update("pi", "b"), gamma_update(), alpha_update(),
                     beta_update()]

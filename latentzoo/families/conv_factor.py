@@ -4,7 +4,7 @@ Gibbs sampler (``gibbs``) and batch CAVI (``vb``, a point fit). ``--atom A`` set
 size (A x A). Gibbs only: ``--pool P`` adds the paper's P x P max-pooling after each map's draw
 and ``--w_update parallel`` its all-shifts-at-once update (both outside the model: the draws
 are then not from the posterior); ``--joint_b off`` leaves out the joint (b, W) birth/death
-move (the paper's sampler)."""
+move (the paper's sampler), and ``--element_move on`` adds the element birth/death move."""
 
 from __future__ import annotations
 
@@ -121,7 +121,8 @@ def _options(cfg, shape):
     if pool < 0:
         raise ValueError(f"--pool must be 0 (off) or a pooling region's side, got {pool}.")
     joint_b = cfg.options.get("joint_b", "on") == "on"
-    return atom, pool, cfg.options.get("w_update", "exact"), joint_b
+    element_move = cfg.options.get("element_move", "off") == "on"
+    return atom, pool, cfg.options.get("w_update", "exact"), joint_b, element_move
 
 
 def _start(X, K, atom, chains, seed):
@@ -155,10 +156,11 @@ def _run_gibbs(data, cfg):
     from latentzoo.inference.gibbs import ConjugateGibbs
 
     X = image_stack(data, cfg)
-    atom, pool, w_update, joint_b = _options(cfg, X.shape)
+    atom, pool, w_update, joint_b, element_move = _options(cfg, X.shape)
     if cfg.quick:
         cfg = cfg._replace(samples=min(cfg.samples, 50), warmup=min(cfg.warmup, 50))
-    table = cfa_updates(w_update=w_update, pool=pool > 0, pool_size=max(pool, 1), joint_b=joint_b)
+    table = cfa_updates(w_update=w_update, pool=pool > 0, pool_size=max(pool, 1), joint_b=joint_b,
+                        element_move=element_move)
     model = partial(conv_factor, K=cfg.K, atom_shape=(atom, atom))  # shapes bound (MCMC traces args)
     mcmc = runs.run_mcmc(ConjugateGibbs(model, table), cfg, jnp.asarray(X),
                          init_params=_start(jnp.asarray(X), cfg.K, atom, cfg.chains, cfg.seed),
@@ -175,10 +177,13 @@ def _run_vb(data, cfg):
     from latentzoo.inference.conv_factor.vb import fit_vb, reconstruction
 
     X = image_stack(data, cfg)
-    atom, pool, w_update, _ = _options(cfg, X.shape)
+    atom, pool, w_update, _, element_move = _options(cfg, X.shape)
     if pool or w_update != "exact":
         raise ValueError("--pool and --w_update parallel belong to the gibbs method; vb is exact "
                          "coordinate ascent.")
+    if element_move:
+        raise ValueError("--element_move belongs to the gibbs method (a Metropolis-Hastings move); "
+                         "vb has no moves.")
     sweeps, restarts = runs.point_sizes(cfg, sweeps=200, quick_sweeps=20)
     fit = fit_vb(X, K=cfg.K, atom_shape=(atom, atom), num_steps=sweeps, seed=cfg.seed,
                  restarts=restarts, progress_bar=cfg.progress)
@@ -299,6 +304,9 @@ CFA = register(
             Option("joint_b", "the exact birth/death move of (b_nk, W_nk) after b's update, so "
                    "that elements switch on and off (off: the paper's sampler)",
                    choices=("on", "off"), default="on"),
+            Option("element_move", "the exact element birth/death move: an unused element is "
+                   "born in one image with an atom cut from its residual, or one used by a "
+                   "single image retired", choices=("on", "off"), default="off"),
         ),
     )
 )

@@ -3,6 +3,8 @@ covered by test_every_method.py)."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 
 from latentzoo import arviz_adapter as azx
@@ -34,3 +36,36 @@ def test_vb_refuses_the_samplers_heuristics_in_one_sentence(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert code == 2 and "gibbs method" in err and "\n" not in err and "Traceback" not in err
     assert not out.exists()
+
+
+def test_vb_refuses_the_element_move_in_one_sentence(tmp_path, capsys):
+    out = tmp_path / "run"
+    code = main(["run", "cfa", "--method", "vb", "--element_move", "on", "--quick",
+                 "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "--element_move" in err and "\n" not in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_the_sampler_runs_with_the_element_move_and_records_it(tmp_path, capsys, monkeypatch):
+    from latentzoo.inference import conv_factor
+
+    asked = []
+    original = conv_factor.cfa_updates
+
+    def spy(**options):
+        asked.append(options.get("element_move"))
+        return original(**options)
+
+    monkeypatch.setattr(conv_factor, "cfa_updates", spy)
+    path = tmp_path / "digits.npy"
+    np.save(path, default_cfa_data(0, N=6)[:, :6, :6])
+    out = tmp_path / "run"
+    argv = ["run", "cfa", "--data", str(path), "--K", "3", "--atom", "2", "--element_move", "on",
+            "--chains", "1", "--warmup", "5", "--samples", "5", "--no-progress", "--out", str(out)]
+    assert main(argv) == 0, capsys.readouterr().err
+    post = azx.load(str(out / "posterior.nc")).posterior
+    assert post["num_active"].shape[-1] == 5 and np.all(np.isfinite(post["gamma"]))
+    assert asked == [True]
+    options = json.loads(azx.load(str(out / "posterior.nc")).posterior.attrs["latentzoo_options"])
+    assert options["element_move"] == "on"
