@@ -247,6 +247,10 @@ FOCUS = {
 # they are left out of the score's denominator. Key: (module, function, original line, mutated
 # line), both lines stripped, so a verdict survives unrelated edits that move the line.
 EQUIVALENT = {
+    ("inference/conv_factor/element_move.py", "element_birth_log_ratio",
+     "maps, R_new = maps[0], R_new[0]", "maps, R_new = maps[0], R_new[(1)]"):
+        "R_new has one image (axis of length 1), and JAX clamps an index past the end of an axis "
+        "when it reads, so R_new[1] is R_new[0]",
     ("inference/ais.py", "beta_schedule",
      "s = 1.0 / (1.0 + np.exp(-np.linspace(-SIGMOID_WIDTH, SIGMOID_WIDTH, num_temps)))",
      "s = (-(1.0 / (1.0 + np.exp(-np.linspace(-SIGMOID_WIDTH, SIGMOID_WIDTH, num_temps)))))"):

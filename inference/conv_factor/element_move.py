@@ -179,8 +179,9 @@ def _step(drop=()):
             m = jnp.sum(bk)
             dead, single = m == 0, m == 1
             n = jnp.where(dead, jax.random.randint(keys[0], (), 0, N), jnp.argmax(bk))
-            a, b0, g, hh, d_loc, e, f, W_loc = hyper
-            hyper_k = (a[k], b0[k], g[k], hh[k], d_loc[k], e[n, k], f[n, k], W_loc[n, k])
+            # one reading of the priors, for the ratio and the draws alike
+            hyper_k = tuple(x[k] for x in hyper[:5]) + tuple(x[n, k] for x in hyper[5:])
+            a_k, b0_k, g_k, h_k, d_loc_k, e_nk, f_nk, W_loc_nk = hyper_k
             Rn = R[n] + bk[n] * reconstruct(W[n, k][None, None], d[k][None])[0]  # without k
             scale = _atom_scale(d, b, k)
             # a proposed atom: a patch of the image's residual, scaled, plus noise
@@ -197,16 +198,16 @@ def _step(drop=()):
             birth = dead & (log_u < log_a)
             death = single & (log_u < -log_a_cur)
             # birth: the new atom, its precisions given it, the fitted map and its precisions
-            beta_b = gamma_draw(keys[5], g[k] + 0.5, hh[k] + 0.5 * (d_new - d_loc[k]) ** 2)
-            alpha_b = gamma_draw(keys[6], e[n, k] + 0.5, f[n, k] + 0.5 * (maps - W_loc[n, k]) ** 2)
+            beta_b = gamma_draw(keys[5], g_k + 0.5, h_k + 0.5 * (d_new - d_loc_k) ** 2)
+            alpha_b = gamma_draw(keys[6], e_nk + 0.5, f_nk + 0.5 * (maps - W_loc_nk) ** 2)
             # death: atom, map and their precisions from the prior
             kb, kd, ka, kw = jax.random.split(keys[7], 4)
-            beta_d = gamma_draw(kb, g[k], hh[k])
-            d_d = d_loc[k] + jax.random.normal(kd, d_new.shape, X.dtype) / jnp.sqrt(beta_d)
-            alpha_d = gamma_draw(ka, e[n, k], f[n, k])
-            W_d = W_loc[n, k] + jax.random.normal(kw, maps.shape, X.dtype) / jnp.sqrt(alpha_d)
-            pi_new = jnp.where(birth, jax.random.beta(keys[8], a[k] + 1, b0[k] + N - 1),
-                               jax.random.beta(keys[9], a[k], b0[k] + N))
+            beta_d = gamma_draw(kb, g_k, h_k)
+            d_d = d_loc_k + jax.random.normal(kd, d_new.shape, X.dtype) / jnp.sqrt(beta_d)
+            alpha_d = gamma_draw(ka, e_nk, f_nk)
+            W_d = W_loc_nk + jax.random.normal(kw, maps.shape, X.dtype) / jnp.sqrt(alpha_d)
+            pi_new = jnp.where(birth, jax.random.beta(keys[8], a_k + 1, b0_k + N - 1),
+                               jax.random.beta(keys[9], a_k, b0_k + N))
 
             def pick(on_birth, on_death, old):
                 return jnp.where(birth, on_birth, jnp.where(death, on_death, old))
