@@ -212,13 +212,13 @@ def test_the_table_with_the_move_passes_sbc():
 
 # ------------------------------------------------------------- what the move draws
 def test_the_move_draws_its_new_values_from_the_stated_laws():
-    """One move on 40000 copies (half with no image on, half with image 0 alone): after an
-    accepted birth, beta' and alpha' must follow their Gamma conditionals given the new atom and
-    map, and pi' Beta(a + 1, b + N - 1); after an accepted death, beta, alpha, the atom and the map
-    their priors, and pi Beta(a, b + N). None of these draws enters the ratio, so the exact masses
-    above barely see them (a wrong beta' draw survived them): each is checked here by the
-    probability integral transform, Kolmogorov-Smirnov p > 1e-3 (8 tests; a right move fails one
-    with probability < 0.01)."""
+    """One move on 40000 copies (half where no image uses the element, half where image 0 alone
+    does). After an accepted birth, beta' and alpha' must follow their Gamma conditionals given
+    the new atom and map, and pi' Beta(a + 1, b + N - 1); after an accepted death, beta, alpha,
+    the atom and the map their priors, and pi Beta(a, b + N). None of these draws enters the
+    ratio, so the exact masses above barely see them (a wrong beta' draw survived them): each is
+    checked here by the probability integral transform, Kolmogorov-Smirnov p > 1e-3 (8 tests; a
+    right move fails one with probability < 0.01)."""
     N, copies = len(PIXELS), 40000
     X = jnp.asarray(PIXELS.reshape(N, 1, 1, 1))
     move = element_move()
