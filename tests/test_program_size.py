@@ -26,16 +26,31 @@ MAX_GROWTH = 1.2
 MAX_CONSTANT = 16
 
 
-def _sweep_size(family, N, D):
+def _sweep_size(family, N, D, table=None):
     kw = family.checks.sized_model_kwargs(N, D)
     values, data = simulate(family.model, kw, jax.random.PRNGKey(1), family.checks.data_sites)
-    return gibbs_sweep_size(family.model, family.checks.gibbs_table(), kw, data, values)
+    table = family.checks.gibbs_table() if table is None else table
+    return gibbs_sweep_size(family.model, table, kw, data, values)
 
 
 @pytest.mark.parametrize("family", SIZED, ids=lambda f: f.name)
 def test_sweep_program_does_not_grow_with_the_data(family):
     small = _sweep_size(family, *BASE)
     large = _sweep_size(family, 4 * BASE[0], 4 * BASE[1])
+    assert large.chars < MAX_GROWTH * small.chars, (small, large)
+    assert large.largest_constant <= MAX_CONSTANT, large
+
+
+def test_cfa_sweep_with_the_element_move_does_not_grow_with_the_data():
+    """The opt-in element birth/death move (off in the registry's table) reads one image's
+    patches by index arithmetic, not a table (measured: the text 1.3 % longer at 4x the images and
+    4x the sides, largest constant 4 entries)."""
+    from latentzoo.inference.conv_factor import cfa_updates
+
+    cfa = families()["cfa"]
+    table = cfa_updates(element_move=True)
+    small = _sweep_size(cfa, *BASE, table=table)
+    large = _sweep_size(cfa, 4 * BASE[0], 4 * BASE[1], table=table)
     assert large.chars < MAX_GROWTH * small.chars, (small, large)
     assert large.largest_constant <= MAX_CONSTANT, large
 
