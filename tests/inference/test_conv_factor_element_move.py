@@ -218,7 +218,7 @@ def test_the_move_draws_its_new_values_from_the_stated_laws():
     the atom and the map their priors, and pi Beta(a, b + N). None of these draws enters the
     ratio, so the exact masses above barely see them (a wrong beta' draw survived them): each is
     checked here by the probability integral transform, Kolmogorov-Smirnov p > 1e-3 (8 tests; a
-    right move fails one with probability < 0.01)."""
+    right move fails one with probability < 0.01). A rejected move must change nothing."""
     N, copies = len(PIXELS), 40000
     X = jnp.asarray(PIXELS.reshape(N, 1, 1, 1))
     move = element_move()
@@ -240,9 +240,13 @@ def test_the_move_draws_its_new_values_from_the_stated_laws():
     # in batches of 2000 copies (all 40000 at once asked XLA for 27 GB)
     batches = jax.jit(lambda keys, on: jax.lax.map(lambda a: one(*a), (keys, on), batch_size=2000))
     before, after = batches(jax.random.split(jax.random.PRNGKey(11), copies), on)
+    full = [{k: np.asarray(v).reshape(copies, -1) for k, v in s.items()} for s in (before, after)]
+    # a rejected move (no switch changed) leaves every value as it was
+    kept = np.all(full[0]["b"] == full[1]["b"], axis=1)
+    for site in full[1]:  # the sites the move returns
+        assert np.array_equal(full[0][site][kept], full[1][site][kept]), site
     # element 1 in image 0: entry 1 of every site flattened per copy
-    before, after = ({k: np.asarray(v).reshape(copies, -1)[:, 1] for k, v in s.items()}
-                     for s in (before, after))
+    before, after = ({k: v[:, 1] for k, v in s.items()} for s in full)
     born = (before["b"] == 0) & (after["b"] == 1)
     died = (before["b"] == 1) & (after["b"] == 0)
     assert born.sum() > 600 and died.sum() > 600, (born.sum(), died.sum())
