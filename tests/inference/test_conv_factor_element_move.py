@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
+from numpyro.primitives import Messenger
 import pytest
 from scipy import stats
 from scipy.special import betaln
@@ -40,7 +41,7 @@ from latentzoo.inference.conv_factor.element_move import (
     log_student,
 )
 from latentzoo.inference.gibbs import ConjugateGibbs, read_model, sweep_values
-from latentzoo.inference.updates import Move
+from latentzoo.inference.updates import Move, unwrap
 from latentzoo.models.conv_factor import conv_factor
 
 
@@ -211,6 +212,20 @@ def test_the_table_with_the_move_passes_sbc():
 
 
 # ------------------------------------------------------------- what the move draws
+ATOM_MEAN, MAP_MEAN = 0.4, 0.7
+
+
+class _WithMeans(Messenger):
+    """The model with prior means on the atoms and maps (the shipped model has 0)."""
+
+    def process_message(self, msg):
+        if msg["name"] in ("d", "W"):
+            normal = unwrap(msg["fn"])
+            mean = ATOM_MEAN if msg["name"] == "d" else MAP_MEAN
+            msg["fn"] = dist.Normal(normal.loc + mean, normal.scale).to_event(
+                4 if msg["name"] == "d" else 3)
+
+
 def test_the_move_draws_its_new_values_from_the_stated_laws():
     """One move on 40000 copies (half where no image uses the element, half where image 0 alone
     does). After an accepted birth, beta' and alpha' must follow their Gamma conditionals given
@@ -227,13 +242,16 @@ def test_the_move_draws_its_new_values_from_the_stated_laws():
     # proposal's scale s is then 2.5, so that (d' - m)^2 and |d' - m| differ (with s = 1 a dropped
     # square passed). The maps' precisions have a rate per element (3 and F), so that reading
     # another element's prior shows.
+    # The atoms' and maps' priors have means (0.4 and 0.7, where the model has 0), as a user's
+    # edit of the model file would give them: a draw that drops the mean shows.
     kw = dict(ONE_PIXEL, K=2, priors={**PRIORS, "alpha": dist.Gamma(E, jnp.array([3.0, F])[:, None, None])})
+    model = _WithMeans(conv_factor)
 
     def one(key, on):
-        v, _ = simulate(conv_factor, kw, key)
+        v, _ = simulate(model, kw, key)
         b = jnp.zeros_like(v["b"]).at[:, 0].set(1).at[0, 1].set(on.astype(v["b"].dtype))
         v = {**v, "b": b, "d": v["d"].at[0].set(2.5), "gamma": jnp.asarray(GAMMA)}
-        priors, _, _ = read_model(conv_factor, v, (X,), kw)
+        priors, _, _ = read_model(model, v, (X,), kw)
         return v, move.sample(jax.random.fold_in(key, 1), v, {"X": X}, priors)
 
     on = jnp.asarray(np.arange(copies) % 2)
@@ -250,7 +268,7 @@ def test_the_move_draws_its_new_values_from_the_stated_laws():
     born = (before["b"] == 0) & (after["b"] == 1)
     died = (before["b"] == 1) & (after["b"] == 0)
     assert born.sum() > 600 and died.sum() > 600, (born.sum(), died.sum())
-    d, w = after["d"], after["W"]
+    d, w = after["d"] - ATOM_MEAN, after["W"] - MAP_MEAN
     pits = {
         "beta after a birth": stats.gamma.cdf(after["beta"][born], G + 0.5, scale=1 / (H + d[born] ** 2 / 2)),
         "alpha after a birth": stats.gamma.cdf(after["alpha"][born], E + 0.5, scale=1 / (F + w[born] ** 2 / 2)),
