@@ -91,6 +91,11 @@ def _patches(Rn, h, w):
     return jnp.moveaxis(P, 0, 2).reshape(Hp * Wp, C, h, w)
 
 
+def _proposal_spread(scale, D):
+    """tau: the atom proposal's standard deviation per entry, for atoms of D entries."""
+    return scale / (TAU_FRACTION * jnp.sqrt(D))
+
+
 def _proposal_centres(Rn, h, w, scale):
     """(H' W', C, h, w): each patch scaled to norm ``scale`` (a patch of zeros stays at 0)."""
     P = _patches(Rn, h, w)
@@ -103,7 +108,7 @@ def atom_proposal_log_density(dk, Rn, scale):
     N(scale u_i, tau^2 I) (module docstring); dk (C, h, w), Rn (C, H, W)."""
     C, h, w = dk.shape
     D = C * h * w
-    tau = scale / (TAU_FRACTION * jnp.sqrt(D))
+    tau = _proposal_spread(scale, D)
     centres = _proposal_centres(Rn, h, w, scale)
     sq = jnp.sum((dk[None] - centres) ** 2, (1, 2, 3))
     return (logsumexp(-0.5 * sq / tau**2) - jnp.log(centres.shape[0])
@@ -130,12 +135,12 @@ def _hyper(priors, values):
     return a, b0, g, h, d_loc, e, f, W_loc
 
 
-def element_birth_log_ratio(key, dk, Wn, Rn, gamma_n, scale, hyper_k, N, *, draw, drop=()):
+def element_birth_log_ratio(key, dk, Wn, Rn, gamma_n, scale, hyper_k, N, *, force, drop=()):
     r"""log A_birth of element k in image n (module docstring).
 
-    ``draw`` True (a birth): dk is the proposed atom and the map is drawn by the scan; False (the
+    ``force`` False (a birth): dk is the proposed atom and the map is drawn by the scan; True (the
     reverse of a death): dk and Wn are the current atom and map, and the scan is forced through
-    Wn. Returns (log A, map (H', W'), the image's residual after the map is added (C, H, W)).
+    Wn. ``force`` may be traced (one scan serves both). Returns (log A, map (H', W'), the image's residual after the map is added (C, H, W)).
     ``drop`` names terms to leave out ("log_n", "atom_prior", "log_q_atom", "map_prior", "pi"):
     wrong moves kept as the tests' controls.
 
@@ -144,8 +149,7 @@ def element_birth_log_ratio(key, dk, Wn, Rn, gamma_n, scale, hyper_k, N, *, draw
     """
     a, b0, g, h, d_loc, e, f, W_loc = hyper_k
     prec_q = jnp.full(Wn.shape, gamma_n * jnp.sum(dk * dk) / MAP_PROPOSAL_SHRINK)
-    force = jnp.array([not draw])
-    maps, log_q_map, R_new = scan_from_zero(key, Wn[None], Rn[None], force, dk, gamma_n[None],
+    maps, log_q_map, R_new = scan_from_zero(key, Wn[None], Rn[None], jnp.reshape(force, (1,)), dk, gamma_n[None],
                                             W_loc[None], prec_q[None])
     maps, R_new = maps[0], R_new[0]
     log_a = -0.5 * gamma_n * (jnp.sum(R_new**2) - jnp.sum(Rn**2)) - log_q_map[0]
@@ -188,15 +192,16 @@ def _step(drop=()):
             D = C * h * w
             centres = _proposal_centres(Rn, h, w, scale)
             i = jax.random.randint(keys[1], (), 0, centres.shape[0])
-            tau = scale / (TAU_FRACTION * jnp.sqrt(D))
+            tau = _proposal_spread(scale, D)
             d_new = centres[i] + tau * jax.random.normal(keys[2], (C, h, w), X.dtype)
+            # one scan: a birth's draw at the proposed atom, or a death's reverse forced through
+            # the current atom and map
             log_a, maps, R_new = element_birth_log_ratio(
-                keys[3], d_new, W[n, k], Rn, gamma[n], scale, hyper_k, N, draw=True, drop=drop)
-            log_a_cur, _, _ = element_birth_log_ratio(
-                keys[3], d[k], W[n, k], Rn, gamma[n], scale, hyper_k, N, draw=False, drop=drop)
+                keys[3], jnp.where(single, d[k], d_new), W[n, k], Rn, gamma[n], scale, hyper_k, N,
+                force=single, drop=drop)
             log_u = jnp.log(jax.random.uniform(keys[4], (), X.dtype))
             birth = dead & (log_u < log_a)
-            death = single & (log_u < -log_a_cur)
+            death = single & (log_u < -log_a)
             # birth: the new atom, its precisions given it, the fitted map and its precisions
             beta_b = gamma_draw(keys[5], g_k + 0.5, h_k + 0.5 * (d_new - d_loc_k) ** 2)
             alpha_b = gamma_draw(keys[6], e_nk + 0.5, f_nk + 0.5 * (maps - W_loc_nk) ** 2)
