@@ -325,6 +325,7 @@ def check_one_step_invariance(
     num_draws: int = 40000,
     alpha: float = 0.01,
     data_site: str = "X",
+    compiler_options: dict | None = None,
 ) -> InvarianceResult:
     """One step of ``update`` (a :class:`GibbsUpdate` or :class:`Move`) from exact posterior draws.
 
@@ -335,7 +336,9 @@ def check_one_step_invariance(
     the null. Their variance is small where the step moves little, so the check is sharp where a
     Geweke chain, which dilutes a move among the other updates, is not. A move whose parts are
     each exact alone but are chained wrongly (a shear's pairs sharing one noise draw: z 57 on
-    FA at K = 3) fails here.
+    FA at K = 3) fails here. The draws run in one program compiled with ``compiler_options``
+    (``None``: :data:`SBC_COMPILER_OPTIONS`, as for SBC: it runs long enough for optimised code
+    to pay for its compile).
     """
     values0, X0 = simulate(model, model_kwargs, rng_key, data_site)
     labels = label_test_functions(test_functions, values0, X0)
@@ -349,7 +352,9 @@ def check_one_step_invariance(
                 evaluate_test_functions(test_functions, moved, X))
 
     keys = jax.random.split(jax.random.fold_in(rng_key, 1), num_draws)
-    before, after = jax.jit(lambda ks: jax.lax.map(one, ks, batch_size=batch_divisor(num_draws, 4000)))(keys)
+    program = jax.jit(lambda ks: jax.lax.map(one, ks, batch_size=batch_divisor(num_draws, 4000)),
+                      compiler_options=SBC_COMPILER_OPTIONS if compiler_options is None else compiler_options)
+    before, after = program(keys)
     before, after = np.asarray(before), np.asarray(after)
     z = []
     for d in (after - before, after**2 - before**2):
