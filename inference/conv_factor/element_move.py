@@ -140,7 +140,8 @@ def element_birth_log_ratio(key, dk, Wn, Rn, gamma_n, scale, hyper_k, N, *, forc
 
     ``force`` False (a birth): dk is the proposed atom and the map is drawn by the scan; True (the
     reverse of a death): dk and Wn are the current atom and map, and the scan is forced through
-    Wn. ``force`` may be traced (one scan serves both). Returns (log A, map (H', W'), the image's residual after the map is added (C, H, W)).
+    Wn. ``force`` may be traced (one scan serves both). Returns (log A, map (H', W'), the
+    image's residual after the map is added (C, H, W)).
     ``drop`` names terms to leave out ("log_n", "atom_prior", "log_q_atom", "map_prior", "pi"):
     wrong moves kept as the tests' controls.
 
@@ -149,8 +150,8 @@ def element_birth_log_ratio(key, dk, Wn, Rn, gamma_n, scale, hyper_k, N, *, forc
     """
     a, b0, g, h, d_loc, e, f, W_loc = hyper_k
     prec_q = jnp.full(Wn.shape, gamma_n * jnp.sum(dk * dk) / MAP_PROPOSAL_SHRINK)
-    maps, log_q_map, R_new = scan_from_zero(key, Wn[None], Rn[None], jnp.reshape(force, (1,)), dk, gamma_n[None],
-                                            W_loc[None], prec_q[None])
+    maps, log_q_map, R_new = scan_from_zero(key, Wn[None], Rn[None], jnp.reshape(force, (1,)), dk,
+                                            gamma_n[None], W_loc[None], prec_q[None])
     maps, R_new = maps[0], R_new[0]
     log_a = -0.5 * gamma_n * (jnp.sum(R_new**2) - jnp.sum(Rn**2)) - log_q_map[0]
     if "map_prior" not in drop:
