@@ -2,7 +2,7 @@
 quantities, the current Gibbs table against the table without its moves and against NUTS, in the
 same run.
 
-    python experiments/bench_mixing.py [--only fa,mfa,ta,mta,rank-svm,cvq] [--data default|real]
+    python experiments/bench_mixing.py [--only fa,mfa,ta,mta,rank-svm,cvq,noca] [--data default|real]
                                        [--quick] [--json OUT]
 
 Each variant is ``latentzoo run MODEL`` at the command line's defaults (4 chains of 1000 warm-up
@@ -23,7 +23,9 @@ before the command line runs):
   the moves (``mfa_updates(interweave=False)``). NUTS cannot sample MFA's discrete labels;
 - ta, mta: Gibbs; Gibbs without the collapsed label move and the shift move;
 - rank-svm: Gibbs; Gibbs without the factor-scale and hierarchy-scale moves; NUTS;
-- cvq: Gibbs; Gibbs without the split-merge move.
+- cvq: Gibbs; Gibbs without the split-merge move;
+- noca: Gibbs (theta, theta0 by slice sampling); the table with NUTS for theta, theta0
+  (``noca_kernel(theta="nuts")``, the sampler before the slice update).
 
 Targets (issue "Converged in the default budget"): >= 10x NUTS in min ESS per second and >= 100
 min ESS per 1000 sweeps. Ratios are against the family's first variant (the current table).
@@ -67,6 +69,8 @@ VARIANTS = {
     "cvq": [("gibbs", "gibbs", None, []),
             ("gibbs, no split-merge", "gibbs",
              ("latentzoo.inference.cvq", "cvq_updates", {"with_split_merge": False}), [])],
+    "noca": [("gibbs", "gibbs", None, []),
+             ("gibbs, theta by NUTS", "gibbs", ("latentzoo.inference.noca", "noca_kernel", {"theta": "nuts"}), [])],
 }
 
 # the child: switch the moves off where asked, then run the command line

@@ -78,8 +78,8 @@ def _build_parser() -> argparse.ArgumentParser:
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--quick", action="store_true",
                    help="small run for a smoke test: 4 chains of 300 warm-up + 1000 draws, short "
-                        "point fits; the Gibbs samplers of cfa, cvq and noca cap at 50 + 50 "
-                        "(noca's NUTS block at trees of depth 4), rank-svm, ta and mta at 100 + 100 "
+                        "point fits; the Gibbs samplers of cfa, cvq and noca cap at 50 + 50, "
+                        "rank-svm, ta and mta at 100 + 100 "
                         "(rank-svm's nuts method at trees of depth 5)")
     r.add_argument("--replicas", type=int, default=1, metavar="M",
                    help="run a Gibbs method as replica exchange over M tempered copies of its "

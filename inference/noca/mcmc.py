@@ -54,6 +54,8 @@ from latentzoo.inference.conjugate import beta_bernoulli_update
 from latentzoo.inference.enumerate import EnumeratedBinary, all_states
 from latentzoo.inference.gibbs import ConjugateGibbs
 from latentzoo.inference.noca.bound import log1mexp
+from latentzoo.inference.noca.slice import SliceSettings, theta_slice_update
+from latentzoo.inference.tempering import temperature
 from latentzoo.inference.updates import GibbsUpdate, unwrap
 
 __all__ = ["noca_updates", "noca_kernel", "s_update", "s_logits", "s_conditional", "s_draw", "ENUM_MAX_K"]
@@ -87,7 +89,8 @@ def s_logits(values, obs, priors):
     log_p, log_q = _s_prior_logs(priors, (N, K))
     Z = theta0[None, :] + states @ theta  # (S, D) inhibition of every state
     lik = X @ _log1mexp(Z).T - (1.0 - X) @ Z.T  # (N, S), no (N, S, D) array
-    return lik + log_p @ states.T + log_q @ (1.0 - states).T, states
+    beta = temperature(priors["X"])  # 1 unless the likelihood is tempered
+    return beta * lik + log_p @ states.T + log_q @ (1.0 - states).T, states
 
 
 def s_conditional(values, obs, priors):
@@ -101,12 +104,13 @@ def s_draw(key, values, obs, priors, *, max_enum_K: int = ENUM_MAX_K):
     s0 = jnp.asarray(values["s"], X.dtype)
     log_p, log_q = _s_prior_logs(priors, s0.shape)
     logit = log_p - log_q
+    beta = temperature(priors["X"])
 
     def column(Z, s, k):  # Z = theta0 + s theta (N, D); Z0 leaves source k off
         th = theta[k]
         Z0 = Z - s[:, k][:, None] * th[None, :]
         Z1 = Z0 + th[None, :]
-        odds = logit[:, k] + (X * (_log1mexp(Z1) - _log1mexp(Z0))).sum(1) - (1.0 - X) @ th
+        odds = logit[:, k] + beta * ((X * (_log1mexp(Z1) - _log1mexp(Z0))).sum(1) - (1.0 - X) @ th)
         return odds, lambda new: Z0 + new[:, None] * th[None, :]
 
     s = draw_binary_block(key, s0, lambda: s_conditional(values, obs, priors)["s"], column,
@@ -116,18 +120,30 @@ def s_draw(key, values, obs, priors, *, max_enum_K: int = ENUM_MAX_K):
 
 def s_update() -> GibbsUpdate:
     return GibbsUpdate(
-        "s | theta, theta0, pi", ("s",), {"s": BERNOULLI, "X": BERNOULLI}, s_conditional, s_draw
+        "s | theta, theta0, pi", ("s",), {"s": BERNOULLI, "X": BERNOULLI}, s_conditional, s_draw,
+        tempered=True,
     )
 
 
-def noca_updates() -> list[GibbsUpdate]:
-    """The NOCA table in sweep order: s, then pi | s; theta, theta0 go to NUTS."""
-    return [s_update(), beta_bernoulli_update("pi", "s")]
+THETA_UPDATES = ("slice", "nuts")
 
 
-def noca_kernel(K: int | None = None, **nuts_kwargs) -> ConjugateGibbs:
-    """``ConjugateGibbs(noca, noca_updates())`` with optional NUTS settings. With ``K`` the model
-    is bound to that number of sources, so ``MCMC(..., jit_model_args=True)`` (which traces every
-    model argument) does not turn the plate size into a traced value; run it without ``K``."""
+def noca_updates(theta: str = "slice", slice_settings: SliceSettings = SliceSettings()) -> list[GibbsUpdate]:
+    """The NOCA table in sweep order: s, then pi | s, then theta, theta0 | s by slice sampling
+    (:mod:`latentzoo.inference.noca.slice`; every update honours the likelihood's temperature,
+    so the table runs as replica exchange). ``theta="nuts"`` leaves theta, theta0 out of the
+    table, and :class:`~latentzoo.inference.gibbs.ConjugateGibbs` samples them with NUTS (the
+    table before the slice update existed; it has no tempered form)."""
+    if theta not in THETA_UPDATES:
+        raise ValueError(f"theta must be one of {THETA_UPDATES}, got {theta!r}.")
+    table = [s_update(), beta_bernoulli_update("pi", "s")._replace(tempered=True)]  # pi reads no likelihood
+    return table + [theta_slice_update(slice_settings)] if theta == "slice" else table
+
+
+def noca_kernel(K: int | None = None, theta: str = "slice", **nuts_kwargs) -> ConjugateGibbs:
+    """``ConjugateGibbs(noca, noca_updates(theta))``; NUTS settings apply to ``theta="nuts"``.
+    With ``K`` the model is bound to that number of sources, so ``MCMC(...,
+    jit_model_args=True)`` (which traces every model argument) does not turn the plate size into
+    a traced value; run it without ``K``."""
     model = noca if K is None else partial(noca, K=K)
-    return ConjugateGibbs(model, noca_updates(), nuts_kwargs=nuts_kwargs or None)
+    return ConjugateGibbs(model, noca_updates(theta), nuts_kwargs=nuts_kwargs or None)

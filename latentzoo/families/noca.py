@@ -1,8 +1,9 @@
 """Registry entry: the noisy-OR component analyzer (Singliar & Hauskrecht, JMLR 2006).
 Methods: variational MAP-EM with the Jaakkola-Jordan bound (``vb``), exact MAP-EM by enumerating
-the 2^K source states (``em``, K <= 16), and MCMC (``gibbs``: hand-derived s | theta, theta0, pi
-and pi | s updates, NUTS for theta, theta0), started from an exact MAP-EM fit so that no chain
-starts with its sources off."""
+the 2^K source states (``em``, K <= 16), and MCMC (``gibbs``: hand-derived s | theta, theta0, pi,
+pi | s and theta, theta0 | s updates, the last by slice sampling on log theta), started from an
+exact MAP-EM fit so that no chain starts with its sources off. The API keeps the table with NUTS
+for theta, theta0 (``noca_kernel(theta="nuts")``)."""
 
 from __future__ import annotations
 
@@ -61,17 +62,13 @@ def _run_gibbs(X, cfg):
     from latentzoo.inference.noca import noca_kernel
 
     # No size limit: a sweep's s update costs N 2^K D (exact table, K <= 12) or N K D (one
-    # single-site scan, K > 12), and NUTS's gradient for theta, theta0 N K D.
+    # single-site scan, K > 12), and the slice update of theta, theta0 N K D times the few
+    # evaluations each slice step takes.
     cfg = cfg._replace(samples=min(cfg.samples, 50), warmup=min(cfg.warmup, 50)) if cfg.quick else cfg
-    # --quick also caps NUTS's trajectories for theta, theta0 at 2^4 - 1 leapfrog steps: during a
-    # 50-sweep warm-up the step size is still adapting and trees of 2^10 steps made the quick run
-    # take 108 s (target 60); at depth 5 it took 74 s, at depth 4 58 s (quiet, cold cache). The cap leaves NUTS exact (any depth keeps detailed balance); it
-    # only shortens the moves.
-    nuts = {"max_tree_depth": 4} if cfg.quick else {}
     # K bound into the model: run_mcmc traces the model's arguments (jit_model_args). The sources
     # s (N x K a draw) are not collected: at the defaults (4 x 4000 draws of 2000 x 8) they
     # alone were 2 GB, and the run stores none of them.
-    mcmc = runs.run_mcmc(noca_kernel(K=cfg.K, **nuts), cfg, jnp.asarray(X),
+    mcmc = runs.run_mcmc(noca_kernel(K=cfg.K), cfg, jnp.asarray(X),
                          init_params=_map_start(X, cfg), extra_fields=("~z.s",))
     post = mcmc.get_samples(group_by_chain=True)
     # The pointwise log-likelihood with s summed out, a few draws at a time. NumPyro's own is
@@ -118,13 +115,45 @@ def _noca_vb_check():
     return CAVI(noca, noca_guide, noca_vem()), X, dict(K=4, num_pos=int(X.sum()), priors=priors)
 
 
-# No gibbs_table here: NOCA's table (s | theta, theta0, pi and pi | s) leaves theta, theta0 to
-# NUTS, and the conformance runs would put NUTS, unadapted, inside 3000-step Geweke chains and
-# 100-simulation SBC runs (a 300-step Geweke chain alone takes a minute at N=10, D=5, K=2 and
-# does not mix). tests/inference/test_noca_mcmc.py checks both updates against the joint at
-# random non-default priors and runs Geweke and SBC on the model with theta, theta0 held fixed,
-# where the two hand-derived updates are the whole kernel, each with a broken twin that fails.
-NOCA_CHECKS = FamilyChecks(model_kwargs=dict(N=10, D=5, K=2), vb=_noca_vb_check)
+def _noca_table():
+    from latentzoo.inference.noca import noca_updates
+
+    return noca_updates()
+
+
+def _noca_random_priors(rng):
+    import numpyro.distributions as dist
+
+    from latentzoo.models.noca import NoisyOrBeta
+
+    # shapes on both sides of 1 (a < 1 puts the gates' density's pole at theta = 0), rates far
+    # from the defaults' 2
+    return {"pi": dist.Beta(*rng.uniform(0.6, 4.0, 2)),
+            "theta": NoisyOrBeta(*rng.uniform(0.6, 3.0, 2)),
+            "theta0": NoisyOrBeta(rng.uniform(1.0, 3.0), rng.uniform(2.0, 9.0))}
+
+
+# Test functions invariant to relabelling the sources (theta's rows, s's columns and pi permute
+# together): the leak, each item's total gate strength, the active fraction and each item's
+# expected firing probability over the rows.
+NOCA_CHECKS = FamilyChecks(
+    model_kwargs=dict(N=10, D=5, K=2),
+    gibbs_table=_noca_table,
+    test_functions={
+        "theta0": lambda v: v["theta0"],
+        "theta_sum": lambda v: jnp.sum(v["theta"], 0),
+        "pi_sum": lambda v: jnp.sum(v["pi"]),
+        "active": lambda v: jnp.mean(v["s"]),
+        "p_on": lambda v: jnp.mean(-jnp.expm1(-(v["theta0"] + v["s"] @ v["theta"])), 0),
+    },
+    broken_site="theta",
+    vb=_noca_vb_check,
+    random_priors=_noca_random_priors,
+    informative_model_kwargs=dict(N=60, D=5, K=2),
+    informative_warmup=100,
+    sized_model_kwargs=lambda N, D: dict(N=N, D=D, K=2),
+    edge_model_kwargs=(dict(N=1, D=1, K=1),),
+)
 
 def noca_predict(idata, X_new, run=None):
     """New complete binary rows under each stored draw: ``log_lik`` (chains, draws, M) and the

@@ -11,7 +11,8 @@ from latentzoo.cli import main
 
 # every family whose table reads the likelihood's temperature (MTA's once lacked the flag on its
 # label-only pi update, and was refused)
-@pytest.mark.parametrize("model, site", [("ta", "Psi"), ("mta", "Psi_mean"), ("mfa", "psi"), ("cvq", "sigma")])
+@pytest.mark.parametrize("model, site", [("ta", "Psi"), ("mta", "Psi_mean"), ("mfa", "psi"), ("cvq", "sigma"),
+                                         ("noca", "theta0")])
 def test_a_tempered_table_runs_as_replica_exchange_and_stores_the_swap_rates(model, site, tmp_path):
     out = tmp_path / model
     assert main(["run", model, "--method", "gibbs", "--replicas", "3", "--min-beta", "0.2", "--chains", "2",

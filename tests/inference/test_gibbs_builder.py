@@ -184,14 +184,14 @@ def test_swapped_prior_warns_at_the_users_line_naming_the_update():
 
 
 def test_a_table_without_an_update_for_a_site_gives_a_note_not_a_swap_warning():
-    # NOCA's table covers pi and s, and leaves theta, theta0 (no conjugate form) to NUTS by
-    # design: nothing was changed, so no "prior swapped" warning
+    # NOCA's table with theta="nuts" covers pi and s, and leaves theta, theta0 (no conjugate
+    # form) to NUTS by design: nothing was changed, so no "prior swapped" warning
     from latentzoo.inference.checks import simulate
     from latentzoo.inference.noca import noca_kernel
     from latentzoo.models.noca import noca
 
     _, X = simulate(noca, dict(N=6, D=3, K=2), jax.random.PRNGKey(0))
-    kernel = noca_kernel()
+    kernel = noca_kernel(theta="nuts")
     plan = kernel.plan(X, K=2)
     assert plan.swapped == () and set(plan.by_design) == {"theta", "theta0"}
     with warnings.catch_warnings(record=True) as record:
