@@ -97,10 +97,14 @@ def warn_at_caller(message: str, category: type[Warning]) -> None:
         warnings.warn(message, category, stacklevel=2)
         return
     g = frame.f_globals
+    filename = frame.f_code.co_filename
     warnings.warn_explicit(
-        message, category, frame.f_code.co_filename, frame.f_lineno,
+        message, category, filename, frame.f_lineno,
         module=g.get("__name__", "<unknown>"), registry=g.setdefault("__warningregistry__", {}),
-        module_globals=g,
+        # the globals let the warning show the caller's source line through its module's loader;
+        # code with no file (``python -c``, an interactive line) has none to show, and its
+        # ``__main__`` loader raises ImportError when asked for source
+        module_globals=g if os.path.isfile(filename) else None,
     )
 
 

@@ -203,6 +203,20 @@ def test_a_table_without_an_update_for_a_site_gives_a_note_not_a_swap_warning():
     assert fallback[0].filename == __file__
 
 
+def test_a_note_from_code_with_no_file_is_shown_not_raised(tmp_path):
+    # ``python -c`` (and an interactive line) runs as ``__main__`` with no file: the note names
+    # ``<string>``; handing the warning that module's globals made Python ask its loader for the
+    # source, which raised ImportError and ended the run (a NOCA run with theta by NUTS, started
+    # from ``python -c``, was lost that way)
+    import subprocess
+    import sys
+
+    code = "from latentzoo.inference.gibbs_plan import warn_at_caller; warn_at_caller('the note', UserWarning)"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "<string>:1: UserWarning: the note" in proc.stderr
+
+
 @pytest.mark.parametrize("prior", [dist.Laplace(0.0, 1.0), dist.StudentT(3.0, 0.0, 1.0)],
                          ids=["Laplace", "StudentT"])
 def test_scale_move_stays_under_a_swapped_W_prior_and_is_exact(prior):
