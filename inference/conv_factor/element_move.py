@@ -64,7 +64,7 @@ from latentzoo.inference.updates import Move, prior_params
 from latentzoo.models.conv_factor import reconstruct
 
 from .shifts import scan_from_zero
-from .terms import BERNOULLI, GAMMA, NORMAL, residual
+from .terms import BERNOULLI, GAMMA, NORMAL, likelihood_precision, residual
 
 __all__ = ["element_move", "element_birth_log_ratio", "log_student", "atom_proposal_log_density"]
 
@@ -174,7 +174,7 @@ def _step(drop=()):
         N, K = b0_.shape
         C, h, w = values["d"].shape[1:]
         hyper = _hyper(priors, values)
-        gamma = jnp.broadcast_to(values["gamma"], (N,))
+        gamma = likelihood_precision(values, priors, N)
         R0 = residual({**values, "b": b0_}, X)
 
         def element(k, carry):
@@ -244,4 +244,4 @@ def element_move(*, drop=()) -> Move:
     return Move(name, ("pi", "beta", "d", "alpha", "W", "b"),
                 {"pi": (dist.Beta,), "beta": GAMMA, "d": NORMAL, "alpha": GAMMA, "W": NORMAL,
                  "b": BERNOULLI, "X": NORMAL},
-                _step(tuple(drop)), preserves_likelihood=False)
+                _step(tuple(drop)), preserves_likelihood=False, tempered=True)

@@ -38,13 +38,14 @@ import jax.numpy as jnp
 from latentzoo.inference.conjugate import beta_bernoulli_update, gamma_precision_posterior
 from latentzoo.inference.gamma_draws import gamma_draw
 from latentzoo.inference.gaussian import gaussian_draw, mvn_from_precision
+from latentzoo.inference.tempering import temperature
 from latentzoo.inference.updates import GibbsUpdate, prior_params, unwrap
 from latentzoo.models.conv_factor import reconstruct
 
 from .element_move import element_move as element_birth_death
 from .joint_b import joint_b_move
 from .shifts import draw_maps_coloured, draw_maps_parallel
-from .terms import BERNOULLI, GAMMA, NORMAL, W_PRIOR, residual
+from .terms import BERNOULLI, GAMMA, NORMAL, W_PRIOR, likelihood_precision, residual
 
 __all__ = [
     "cfa_updates",
@@ -79,7 +80,7 @@ def W_update(*, w_update: str = "exact", pool: bool = False, pool_size: int = 2)
     def draw(key, values, obs, priors):
         W = values["W"]
         loc, prec = W_PRIOR(priors, W.shape)
-        gamma = jnp.broadcast_to(values["gamma"], W.shape[:1])
+        gamma = likelihood_precision(values, priors, W.shape[0])
         b = jnp.asarray(values["b"], W.dtype)
         W_new, _ = fn(key, W, residual(values, obs["X"]), b, values["d"], gamma, loc, prec,
                       pool_size=size)
@@ -89,7 +90,7 @@ def W_update(*, w_update: str = "exact", pool: bool = False, pool_size: int = 2)
     if pool:
         label += f", max-pooled {size}x{size} (outside the model)"
     return GibbsUpdate(f"W | b, d, gamma, alpha ({label})", ("W",),
-                       {"W": NORMAL, "X": NORMAL}, draw=draw)
+                       {"W": NORMAL, "X": NORMAL}, draw=draw, tempered=True)
 
 
 # ------------------------------------------------------------------------------------ b
@@ -102,7 +103,7 @@ def b_logits(values, X, priors, k, R=None):
     p = jnp.broadcast_to(unwrap(priors["b"]).probs, (N, K))[:, k]
     Y = reconstruct(W[:, k][:, None], d[k][None])
     R_k = R + b[:, k][:, None, None, None] * Y
-    gamma = jnp.broadcast_to(values["gamma"], (N,))
+    gamma = likelihood_precision(values, priors, N)
     llr = gamma * (jnp.sum(R_k * Y, (1, 2, 3)) - 0.5 * jnp.sum(Y * Y, (1, 2, 3)))
     return jnp.log(p) - jnp.log1p(-p) + llr, Y, R_k
 
@@ -125,7 +126,7 @@ def _b_draw(key, values, obs, priors):
 
 def b_update() -> GibbsUpdate:
     return GibbsUpdate("b | W, d, gamma, pi (elements in turn)", ("b",),
-                       {"b": BERNOULLI, "X": NORMAL}, draw=_b_draw)
+                       {"b": BERNOULLI, "X": NORMAL}, draw=_b_draw, tempered=True)
 
 
 # ------------------------------------------------------------------------------------ d
@@ -136,7 +137,7 @@ def atom_natural(values, X, priors, k, R=None):
     K, C, h, w = d.shape
     R = residual(values, X) if R is None else R
     b = jnp.asarray(values["b"], W.dtype)
-    gamma = jnp.broadcast_to(values["gamma"], b.shape[:1])
+    gamma = likelihood_precision(values, priors, b.shape[0])
     bWk = b[:, k][:, None, None] * W[:, k]  # (N, H', W')
     R_k = R + reconstruct(bWk[:, None], d[k][None])
     V = (gamma[:, None, None] * bWk)[None]  # (1, N, H', W'): gamma_n b_nk W_nk (b^2 = b)
@@ -180,7 +181,7 @@ def _d_draw(key, values, obs, priors):
 
 def d_update() -> GibbsUpdate:
     return GibbsUpdate("d | W, b, gamma, beta (atoms in turn, each jointly)", ("d",),
-                       {"d": NORMAL, "X": NORMAL}, draw=_d_draw)
+                       {"d": NORMAL, "X": NORMAL}, draw=_d_draw, tempered=True)
 
 
 # ------------------------------------------------------------------------ precisions
@@ -190,13 +191,14 @@ def _gamma_conditional(values, obs, priors):
     N = X.shape[0]
     c0, d0 = prior_params(priors["gamma"], (N,), "concentration", "rate")
     P = X[0].size
-    return {"gamma": gamma_precision_posterior(c0, d0, P, jnp.sum(R * R, (1, 2, 3)))}
+    beta = temperature(priors["X"])  # p(x_n | .)^beta: beta P values' worth of shape and rate
+    return {"gamma": gamma_precision_posterior(c0, d0, beta * P, beta * jnp.sum(R * R, (1, 2, 3)))}
 
 
 def gamma_update() -> GibbsUpdate:
     """gamma_n ~ Gamma(c + P/2, d + ||R_n||^2 / 2): eq. 12 with its shape and rate corrected."""
     return GibbsUpdate("gamma | W, b, d", ("gamma",), {"gamma": GAMMA, "X": NORMAL},
-                       _gamma_conditional)
+                       _gamma_conditional, tempered=True)
 
 
 def _precision_update(prec_site, site):
@@ -215,7 +217,8 @@ def _precision_update(prec_site, site):
         return {prec_site: x.astype(jnp.result_type(values[prec_site]))}
 
     return GibbsUpdate(f"{prec_site} | {site}", (prec_site,),
-                       {prec_site: GAMMA, site: NORMAL}, conditional, draw=draw)
+                       {prec_site: GAMMA, site: NORMAL}, conditional, draw=draw,
+                       tempered=True)  # reads no likelihood
 
 
 def alpha_update() -> GibbsUpdate:
@@ -245,5 +248,6 @@ def cfa_updates(*, w_update: str = "exact", pool: bool = False, pool_size: int =
         table.append(joint_b_move())
     if element_move:
         table.append(element_birth_death())
-    return table + [d_update(), beta_bernoulli_update("pi", "b"), gamma_update(), alpha_update(),
-                    beta_update()]
+    # pi | b reads no likelihood: the same on the tempered path
+    return table + [d_update(), beta_bernoulli_update("pi", "b")._replace(tempered=True), gamma_update(),
+                    alpha_update(), beta_update()]

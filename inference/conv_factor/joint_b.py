@@ -47,7 +47,7 @@ import jax.numpy as jnp
 from latentzoo.inference.updates import Move, unwrap
 from latentzoo.models.conv_factor import reconstruct
 
-from .terms import BERNOULLI, NORMAL, W_PRIOR, residual
+from .terms import BERNOULLI, NORMAL, W_PRIOR, likelihood_precision, residual
 from .shifts import scan_from_zero
 
 __all__ = ["joint_b_move", "birth_log_ratio"]
@@ -71,7 +71,7 @@ def birth_log_ratio(key, values, X, priors, k, R=None, *, drop=()):
     N, K = b.shape
     R = residual(values, X) if R is None else R
     loc, prec = W_PRIOR(priors, W.shape)
-    gamma = jnp.broadcast_to(values["gamma"], (N,))
+    gamma = likelihood_precision(values, priors, N)
     p = jnp.broadcast_to(unwrap(priors["b"]).probs, (N, K))[:, k]
     bk, Wk = b[:, k], W[:, k]
     R_k = R + reconstruct((bk[:, None, None] * Wk)[:, None], d[k][None])
@@ -121,4 +121,4 @@ def joint_b_move(*, drop=()) -> Move:
     if drop:
         name += f" without {', '.join(drop)} (wrong)"
     return Move(name, ("b", "W"), {"b": BERNOULLI, "W": NORMAL, "X": NORMAL}, _step(tuple(drop)),
-                preserves_likelihood=False)
+                preserves_likelihood=False, tempered=True)
