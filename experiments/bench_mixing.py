@@ -24,8 +24,8 @@ before the command line runs):
 - ta, mta: Gibbs; Gibbs without the collapsed label move and the shift move;
 - rank-svm: Gibbs; Gibbs without the factor-scale and hierarchy-scale moves; NUTS;
 - cvq: Gibbs; Gibbs without the split-merge move;
-- noca: Gibbs (theta, theta0 by slice sampling); the table with NUTS for theta, theta0
-  (``noca_kernel(theta="nuts")``, the sampler before the slice update).
+- noca: Gibbs (NUTS for theta, theta0 given s); the table with theta, theta0 by slice sampling
+  (``noca_kernel(theta="slice")``, the tempered table replica exchange runs).
 
 Targets (issue "Converged in the default budget"): >= 10x NUTS in min ESS per second and >= 100
 min ESS per 1000 sweeps. Ratios are against the family's first variant (the current table).
@@ -70,7 +70,7 @@ VARIANTS = {
             ("gibbs, no split-merge", "gibbs",
              ("latentzoo.inference.cvq", "cvq_updates", {"with_split_merge": False}), [])],
     "noca": [("gibbs", "gibbs", None, []),
-             ("gibbs, theta by NUTS", "gibbs", ("latentzoo.inference.noca", "noca_kernel", {"theta": "nuts"}), [])],
+             ("gibbs, theta by slice", "gibbs", ("latentzoo.inference.noca", "noca_kernel", {"theta": "slice"}), [])],
 }
 
 # the child: switch the moves off where asked, then run the command line

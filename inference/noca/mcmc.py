@@ -34,10 +34,12 @@ total inhibition :math:`z_{nd} = \theta_{0d} + \sum_k s_{nk}\theta_{kd}`, so tha
 - ``pi_k | s``: :math:`\mathrm{Beta}(a + \sum_n s_{nk},\ b + N - \sum_n s_{nk})`, shared with CVQ
   (:func:`~latentzoo.inference.conjugate.beta_bernoulli_update`).
 - ``theta``, ``theta0``: nothing is conjugate (the noisy-OR likelihood couples them to s through
-  :math:`\log(1 - e^{-z})`). The table has no update for them, and
+  :math:`\log(1 - e^{-z})`). By default the table has no update for them, and
   :class:`~latentzoo.inference.gibbs.ConjugateGibbs` samples them with NUTS (a
   ``GenericKernelNote`` names them), composed with the two hand-derived blocks by
   ``numpyro.infer.Gibbs``; the NUTS block conditions on s, so its gradient is O(N K D).
+  ``noca_updates(theta="slice")`` samples them by slice sampling instead
+  (:mod:`latentzoo.inference.noca.slice`), the table's tempered form.
 """
 
 from __future__ import annotations
@@ -128,19 +130,20 @@ def s_update() -> GibbsUpdate:
 THETA_UPDATES = ("slice", "nuts")
 
 
-def noca_updates(theta: str = "slice", slice_settings: SliceSettings = SliceSettings()) -> list[GibbsUpdate]:
-    """The NOCA table in sweep order: s, then pi | s, then theta, theta0 | s by slice sampling
-    (:mod:`latentzoo.inference.noca.slice`; every update honours the likelihood's temperature,
-    so the table runs as replica exchange). ``theta="nuts"`` leaves theta, theta0 out of the
-    table, and :class:`~latentzoo.inference.gibbs.ConjugateGibbs` samples them with NUTS (the
-    table before the slice update existed; it has no tempered form)."""
+def noca_updates(theta: str = "nuts", slice_settings: SliceSettings = SliceSettings()) -> list[GibbsUpdate]:
+    """The NOCA table in sweep order: s, then pi | s. With ``theta="nuts"`` (the default) the
+    table leaves theta, theta0 out, and :class:`~latentzoo.inference.gibbs.ConjugateGibbs`
+    samples them with NUTS given s; it has no tempered form. ``theta="slice"`` adds theta,
+    theta0 | s by slice sampling (:mod:`latentzoo.inference.noca.slice`): every update then
+    honours the likelihood's temperature, so the table runs as replica exchange (and AIS). NUTS
+    mixes better per second on the default data (docs/models/noca.md, "MCMC")."""
     if theta not in THETA_UPDATES:
         raise ValueError(f"theta must be one of {THETA_UPDATES}, got {theta!r}.")
     table = [s_update(), beta_bernoulli_update("pi", "s")._replace(tempered=True)]  # pi reads no likelihood
     return table + [theta_slice_update(slice_settings)] if theta == "slice" else table
 
 
-def noca_kernel(K: int | None = None, theta: str = "slice", **nuts_kwargs) -> ConjugateGibbs:
+def noca_kernel(K: int | None = None, theta: str = "nuts", **nuts_kwargs) -> ConjugateGibbs:
     """``ConjugateGibbs(noca, noca_updates(theta))``; NUTS settings apply to ``theta="nuts"``.
     With ``K`` the model is bound to that number of sources, so ``MCMC(...,
     jit_model_args=True)`` (which traces every model argument) does not turn the plate size into

@@ -10,12 +10,20 @@ from latentzoo.cli import main
 
 
 # every family whose table reads the likelihood's temperature (MTA's once lacked the flag on its
-# label-only pi update, and was refused)
+# label-only pi update, and was refused); NOCA on 40 baskets of 6 items at K = 2 (its default
+# data, 2000 x 64 at K = 8 with a MAP-EM start, made this run take 73 s)
+SMALL_DATA = {"noca": lambda rng: (rng.random((40, 6)) < 0.3).astype(float)}
+
+
 @pytest.mark.parametrize("model, site", [("ta", "Psi"), ("mta", "Psi_mean"), ("mfa", "psi"), ("cvq", "sigma"),
                                          ("noca", "theta0")])
 def test_a_tempered_table_runs_as_replica_exchange_and_stores_the_swap_rates(model, site, tmp_path):
     out = tmp_path / model
-    assert main(["run", model, "--method", "gibbs", "--replicas", "3", "--min-beta", "0.2", "--chains", "2",
+    data = []
+    if model in SMALL_DATA:
+        np.save(tmp_path / "data.npy", SMALL_DATA[model](np.random.default_rng(0)))
+        data = ["--data", str(tmp_path / "data.npy"), "--K", "2"]
+    assert main(["run", model, *data, "--method", "gibbs", "--replicas", "3", "--min-beta", "0.2", "--chains", "2",
                  "--warmup", "20", "--samples", "20", "--no-progress", "--out", str(out)]) == 0
     idata = azx.load(str(out / "posterior.nc"))
     rates = np.asarray(idata.sample_stats["swap_accept_prob"])
@@ -57,3 +65,18 @@ def test_the_rank_svm_runs_as_replica_exchange_from_the_command_line(tmp_path):
     assert rates.shape == (2, 10, 2) and np.all((rates >= 0) & (rates <= 1))
     assert idata.posterior["Phi_beta"].shape[:2] == (2, 10)
     assert "lam_rank" not in idata.posterior
+
+
+def test_convolutional_fa_runs_as_replica_exchange_on_a_small_stack(tmp_path):
+    # its switches, maps, atoms and both birth/death moves read the temperature
+    # (tests/inference/test_conv_factor_tempered.py); two 8 x 8 images keep the compile short
+    rng = np.random.default_rng(0)
+    np.save(tmp_path / "imgs.npy", rng.normal(size=(2, 8, 8, 1)))
+    out = tmp_path / "cfa"
+    assert main(["run", "cfa", "--data", str(tmp_path / "imgs.npy"), "--K", "2", "--atom", "2",
+                 "--method", "gibbs", "--replicas", "3", "--min-beta", "0.2", "--chains", "2",
+                 "--warmup", "10", "--samples", "10", "--no-progress", "--out", str(out)]) == 0
+    idata = azx.load(str(out / "posterior.nc"))
+    rates = np.asarray(idata.sample_stats["swap_accept_prob"])
+    assert rates.shape == (2, 10, 2) and np.all((rates >= 0) & (rates <= 1))
+    assert idata.posterior["gamma"].shape[:2] == (2, 10)

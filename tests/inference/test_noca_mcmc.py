@@ -85,7 +85,7 @@ def broken_table():
 
 # ------------------------------------------------------------------------ exact checks
 # the slice update of theta, theta0 has no closed form: tests/inference/test_noca_slice.py
-@pytest.mark.parametrize("update", [u for u in noca_updates() if u.conditional is not None],
+@pytest.mark.parametrize("update", [u for u in noca_updates("slice") if u.conditional is not None],
                          ids=lambda u: u.name.split()[0])
 def test_conditional_matches_joint_density_at_non_default_priors(update):
     err = check_conditional(noca, update, {"K": 3, "N": 6, "D": 4}, jax.random.PRNGKey(0),
@@ -114,11 +114,11 @@ def test_enumerated_table_is_finite_without_a_leak():
 def test_plan_has_hand_derived_s_pi_and_theta_or_nuts_for_theta():
     _, X = simulate(noca, SMALL, jax.random.PRNGKey(0))
     _, X4 = simulate(fixed_noca, FIXED, jax.random.PRNGKey(0))
-    plan = noca_kernel().plan(X, K=2)
+    plan = noca_kernel(theta="slice").plan(X, K=2)
     assert [u.name for u in plan.updates] == [
         "s | theta, theta0, pi", "pi | s", "theta, theta0 | s (slice sampling on log theta)"]
     assert plan.fallback == ()
-    plan = noca_kernel(theta="nuts").plan(X, K=2)
+    plan = noca_kernel().plan(X, K=2)
     assert [u.name for u in plan.updates] == ["s | theta, theta0, pi", "pi | s"]
     assert set(plan.fallback_continuous) == {"theta", "theta0"}
     assert plan.fallback_discrete == ()
