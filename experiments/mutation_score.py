@@ -109,6 +109,7 @@ TESTS = {
     "inference/noca/blocks.py": ["tests/inference/test_mutation_gaps.py", "tests/inference/test_noca_em.py",
                                  "tests/inference/test_noca_fit.py"],
     "inference/noca/mcmc.py": ["tests/inference/test_update_checks.py", "tests/inference/test_noca_mcmc.py"],
+    "inference/noca/slice.py": ["tests/inference/test_noca_slice.py"],
     "inference/binary_draw.py": [
         "tests/inference/test_mutation_gaps_cvq.py",
         "tests/inference/test_noca_mcmc.py",
@@ -161,8 +162,10 @@ TESTS = {
     "inference/rank_svm/rotation.py": ["tests/inference/test_rank_svm_rotation.py"],
     "inference/rank_svm/relabel.py": ["tests/inference/test_rank_svm_relabel.py"],
     "inference/conv_factor/shifts.py": ["tests/inference/test_conv_factor_gibbs.py"],
-    "inference/conv_factor/gibbs.py": ["tests/inference/test_conv_factor_gibbs.py"],
-    "inference/conv_factor/joint_b.py": ["tests/inference/test_conv_factor_gibbs.py"],
+    "inference/conv_factor/gibbs.py": ["tests/inference/test_conv_factor_gibbs.py",
+                                       "tests/inference/test_conv_factor_tempered.py"],
+    "inference/conv_factor/joint_b.py": ["tests/inference/test_conv_factor_gibbs.py",
+                                       "tests/inference/test_conv_factor_tempered.py"],
     "inference/conv_factor/element_move.py": ["tests/inference/test_conv_factor_element_move.py"],
     "inference/conv_factor/vb_moments.py": ["tests/inference/test_conv_factor_vb.py"],
     "inference/conv_factor/vb.py": ["tests/inference/test_conv_factor_vb.py"],
@@ -189,6 +192,7 @@ FOCUS = {
                                  "mu_update", "psi_update"],
     "inference/cvq/gibbs.py": ["_s_logits", "s_draw", "_W_natural", "_tau_conditional"],
     "inference/noca/mcmc.py": ["_log1mexp", "_s_prior_logs", "s_logits", "s_draw"],
+    "inference/noca/slice.py": ["slice_step", "theta_log_density", "_theta_draw", "_log1mexp"],
     "inference/cvq/em.py": ["cvq_e_step", "cvq_m_step", "cvq_bound", "_entropy", "_state_log_joint"],
     "inference/noca/em.py": [
         "lam_update", "_q_grad", "q_update", "theta_update", "theta0_update", "exact_m_step",
