@@ -186,12 +186,16 @@ def _theta_draw(settings: SliceSettings, jacobian=1.0):
     return draw
 
 
-def theta_slice_update(settings: SliceSettings = SliceSettings()) -> GibbsUpdate:
+def theta_slice_update(settings: SliceSettings = SliceSettings(), *, jacobian: float = 1.0) -> GibbsUpdate:
     """``theta, theta0 | s, X`` by a scan of slice steps over the rows of
     :math:`[\\theta_0; \\theta]` (see the module docstring). Exact for any elementwise prior on
-    positive values, on the tempered path too."""
+    positive values, on the tempered path too. ``jacobian`` multiplies the log-Jacobian of
+    theta = e^phi: leave it at 1 (0 is the tests' wrong control)."""
+    name = "theta, theta0 | s (slice sampling on log theta)"
+    if jacobian != 1.0:
+        name += f" with the Jacobian times {jacobian} (wrong)"
     return GibbsUpdate(
-        "theta, theta0 | s (slice sampling on log theta)", ("theta", "theta0"),
+        name, ("theta", "theta0"),
         {"theta": ELEMENTWISE, "theta0": ELEMENTWISE, "s": BERNOULLI, "X": BERNOULLI},
-        draw=_theta_draw(settings), tempered=True,
+        draw=_theta_draw(settings, jacobian), tempered=True,
     )
