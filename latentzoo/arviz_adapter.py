@@ -325,7 +325,12 @@ def add_posterior_vars(idata, draws: dict):
     ds = idata["posterior"].to_dataset() if ARVIZ_1 else idata.posterior
     new = {name: (("chain", "draw", *[f"{name}_dim_{i}" for i in range(np.ndim(v) - 2)]),
                   np.asarray(v)) for name, v in draws.items()}
-    ds = ds.assign(new)
+    # every new axis gets an integer coordinate, as ArviZ gives the sampled sites' axes: ArviZ
+    # 1.x's rank plot selects entries by coordinate, and an axis without one made ``diagnose``
+    # fail ("those variables don't exist: {'weights_sorted_dim_0'}") once a run had not mixed
+    coords = {dim: np.arange(n) for name, (dims, v) in new.items()
+              for dim, n in zip(dims[2:], np.shape(v)[2:])}
+    ds = ds.assign(new).assign_coords(coords)
     if ARVIZ_1:
         idata["posterior"] = ds
     else:

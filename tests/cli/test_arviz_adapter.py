@@ -275,6 +275,20 @@ def test_drop_posterior_vars_keeps_the_rest(idata, tmp_path):
     assert azx.posterior_var_names(azx.load(str(tmp_path / "p.nc"))) == ["mu"]
 
 
+def test_added_variables_have_coordinates_and_a_rank_plot_of_unmixed_chains_draws(tmp_path):
+    """Variables computed from the draws (MFA's sorted weights, ...) get an integer coordinate on
+    every axis, as the sampled sites have. Without one, ArviZ 1.x's rank plot of chains that had
+    not mixed (it marks them, selecting by coordinate) failed, so ``diagnose`` of an unconverged
+    run did: "those variables don't exist: {'weights_sorted_dim_0'}"."""
+    rng = np.random.default_rng(0)
+    idata = azx.from_draws({"mu": rng.normal(size=(2, 20, 2))})
+    apart = rng.normal(size=(2, 20, 2)) + np.array([0.0, 5.0])[:, None, None]  # chain 1 far off
+    azx.add_posterior_vars(idata, {"weights_sorted": apart})
+    assert np.array_equal(np.asarray(idata.posterior["weights_sorted_dim_0"]), [0, 1])
+    azp.plot_rank(idata, str(tmp_path / "rank.png"), var_names=["weights_sorted", "mu"])
+    assert os.path.getsize(tmp_path / "rank.png") > 0
+
+
 # ------------------------------------------------------------------ from NumPyro MCMC
 @pytest.fixture(scope="module")
 def mcmc():
