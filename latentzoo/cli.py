@@ -83,8 +83,8 @@ def _build_parser() -> argparse.ArgumentParser:
                         "(rank-svm's nuts method at trees of depth 5)")
     r.add_argument("--replicas", type=int, default=1, metavar="M",
                    help="run a Gibbs method as replica exchange over M tempered copies of its "
-                        "table (swap rates go to sample_stats; the tables of ta, mta, mfa, cvq and rank-svm "
-                        "have a tempered form); default 1: plain Gibbs")
+                        "table (swap rates go to sample_stats, and a pair under 0.05 is warned of; every "
+                        "family's table but fa's has a tempered form); default 1: plain Gibbs")
     r.add_argument("--min-beta", type=float, default=0.01, metavar="B",
                    help="the hottest copy's inverse temperature with --replicas, in (0, 1) (default 0.01)")
     r.add_argument("--distributed", action="store_true",
@@ -419,6 +419,14 @@ def _convergence_warning(idata, table) -> None:
         )
 
 
+def _swap_rate_warning(idata) -> None:
+    from latentzoo.runs import swap_rate_warning
+
+    sentence = swap_rate_warning(idata)
+    if sentence is not None:
+        print(sentence, file=sys.stderr)
+
+
 def _out_folder(args) -> str:
     if args.resume is not None and args.out is not None \
             and os.path.abspath(args.resume) != os.path.abspath(args.out):
@@ -646,6 +654,7 @@ def _cmd_run(args) -> int:
         shutil.rmtree(ck, ignore_errors=True)
     if writer:
         _convergence_warning(idata, table)
+        _swap_rate_warning(idata)
     return 0
 
 
@@ -806,6 +815,7 @@ def _cmd_diagnose(args) -> int:
         title += f" on {attrs['latentzoo_data']}"
     print_summary(table, title, attrs.get("latentzoo_seconds"))
     _convergence_warning(idata, table)
+    _swap_rate_warning(idata)
     wrote, left_out = [], []
     present = [s for s in sites if s in idata.posterior.data_vars]
     chains = idata.posterior.sizes.get("chain", 1)

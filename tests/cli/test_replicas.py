@@ -2,11 +2,14 @@
 Gibbs table from the command line, its swap rates in the run's sample_stats, and one sentence
 for every setting it cannot honour."""
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
 from latentzoo import arviz_adapter as azx
 from latentzoo.cli import main
+from latentzoo.runs import swap_rate_warning
 
 
 # every family whose table reads the likelihood's temperature (MTA's once lacked the flag on its
@@ -80,3 +83,31 @@ def test_convolutional_fa_runs_as_replica_exchange_on_a_small_stack(tmp_path):
     rates = np.asarray(idata.sample_stats["swap_accept_prob"])
     assert rates.shape == (2, 10, 2) and np.all((rates >= 0) & (rates <= 1))
     assert idata.posterior["gamma"].shape[:2] == (2, 10)
+
+
+def test_a_ladder_whose_copies_do_not_swap_is_warned_of(tmp_path, capsys):
+    """A pair of adjacent copies under 0.05 mean swap probability (found: 4 copies over 2000 x
+    500 baskets, every pair at 0.000) is one warning naming the pair, in run's and diagnose's
+    output; rates above it, or a run without replicas, say nothing."""
+    rates = np.full((2, 30, 3), 0.4)
+    rates[:, :, 1] = 0.01  # copies 1 and 2
+    sentence = swap_rate_warning(SimpleNamespace(sample_stats={"swap_accept_prob": rates}))
+    assert sentence.startswith("warning: replica exchange: tempered copies 1 and 2 ")
+    assert "0.010" in sentence and "1 of the 3 adjacent pairs" in sentence and "--replicas" in sentence
+    assert swap_rate_warning(SimpleNamespace(sample_stats={"swap_accept_prob": np.full((2, 30, 3), 0.06)})) is None
+    assert swap_rate_warning(SimpleNamespace(sample_stats={"diverging": np.zeros((2, 30))})) is None
+    assert swap_rate_warning(SimpleNamespace()) is None
+    # through the CLI: a saved replica-exchange run whose copies never swapped
+    np.save(tmp_path / "X.npy", np.random.default_rng(0).normal(size=(30, 3)))
+    out = tmp_path / "mfa"
+    assert main(["run", "mfa", "--data", str(tmp_path / "X.npy"), "--K", "1", "--J", "2", "--method", "gibbs",
+                 "--replicas", "2", "--min-beta", "0.5", "--chains", "2", "--warmup", "5", "--samples", "5",
+                 "--no-progress", "--out", str(out)]) == 0
+    idata = azx.load(str(out / "posterior.nc"))
+    ran = np.asarray(idata.sample_stats["swap_accept_prob"]).mean()
+    assert ("replica exchange: tempered copies" in capsys.readouterr().err) == (ran < 0.05)
+    idata.sample_stats["swap_accept_prob"][...] = 0.0
+    azx.save(idata, str(out / "posterior.nc"))
+    assert main(["diagnose", str(out)]) == 0
+    assert "replica exchange: tempered copies 0 and 1 (copy 0 is the beta = 1 chain) swapped with mean " \
+           "probability 0.000" in capsys.readouterr().err
