@@ -15,6 +15,7 @@ import pytest
 from latentzoo.inference.conv_factor.online import OnlineConvFactor, step_size
 from latentzoo.inference.conv_factor.vb import fit_vb, reconstruction
 from latentzoo.models.conv_factor import default_cfa_data
+from tests.optimised_child import run_optimised
 
 K, ATOM = 6, (3, 3)
 
@@ -59,24 +60,14 @@ def online_and_batch_errors(case: str) -> dict:
 
 @pytest.fixture(scope="module")
 def errors():
-    """Both comparisons, in one child process compiled with LLVM's optimisation on: they run
-    hundreds of online steps (a Python loop over compiled calls), so they are run-bound, and the
-    suite's XLA level 0 (tests/conftest.py) made them 5x slower (measured: 164 s in the suite's
-    process, 35 s optimised, compilation included)."""
-    import json
-
-    flags = " ".join(f for f in os.environ.get("XLA_FLAGS", "").split()
-                     if "xla_backend_optimization_level" not in f)
-    env = {**os.environ, "XLA_FLAGS": flags, "LATENTZOO_TEST_XLA_OPT": "1"}
+    """Both comparisons, in one child process compiled with LLVM's optimisation on
+    (tests/optimised_child.py): they run hundreds of online steps (a Python loop over compiled
+    calls), so they are run-bound, and the suite's XLA level 0 (tests/conftest.py) made them 5x
+    slower (measured: 164 s in the suite's process, 35 s optimised, compilation included)."""
     code = ("import json; from tests.inference.test_conv_factor_online import "
             "online_and_batch_errors as f; "
-            "print('ERRORS', json.dumps({c: f(c) for c in ('default', 'paper')}))")
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                       cwd=root, timeout=900)
-    lines = [line for line in r.stdout.splitlines() if line.startswith("ERRORS ")]
-    assert r.returncode == 0 and lines, r.stderr[-3000:]
-    return json.loads(lines[-1][len("ERRORS "):])
+            "print('RESULT', json.dumps({c: f(c) for c in ('default', 'paper')}))")
+    return run_optimised(code)[0]
 
 
 def test_online_reaches_the_batch_reconstruction_error(errors):
