@@ -49,6 +49,8 @@ likelihood's temperature or that leaves a site to a generic kernel.
 
 from __future__ import annotations
 
+import warnings
+
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -269,12 +271,19 @@ class ReplicaExchange(MCMCKernel):
             z.update({k: jnp.asarray(v, dtype=jnp.result_type(z[k])) for k, v in init_params.items()})
         M = self._betas.shape[0]
         replicas = jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (M, *jnp.shape(a))), z)
-        ll = observed_log_likelihood(self._model, z, model_args, model_kwargs, self._sites)
+        with warnings.catch_warnings():
+            if not init_params:
+                # a start drawn from the prior can hold a value on its support's edge (a draw of
+                # cfa's Gamma(1e-6, 1e-6) noise precision is 0.0 in float64), and NumPyro's eager
+                # check then warned "Out-of-support values" on every run that continues from a
+                # checkpoint's state, where this start is not even used
+                warnings.filterwarnings("ignore", message="Out-of-support values", category=UserWarning)
+            ll = observed_log_likelihood(self._model, z, model_args, model_kwargs, self._sites)
+            energy = potential_energy(self._model, z, model_args, model_kwargs)
         betas = jnp.asarray(self._betas)
         return ReplicaExchangeState(
             z, replicas, betas, jnp.full(M, ll), jnp.ones(M - 1), jnp.zeros(M - 1),
-            jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32), rng_key,
-            potential_energy(self._model, z, model_args, model_kwargs), jnp.zeros((), bool),
+            jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32), rng_key, energy, jnp.zeros((), bool),
         )
 
     def _sample_one(self, state, model_args, model_kwargs):
