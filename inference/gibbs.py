@@ -37,7 +37,9 @@ Chain methods: "sequential", "parallel" and (when no fallback is needed) "vector
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -80,6 +82,8 @@ __all__ = [
     "make_plan",
     "read_model",
     "potential_energy",
+    "start_values",
+    "quiet_if_drawn_from_prior",
     "init_vectorized",
     "observed_log_likelihood",
     "sweep_values",
@@ -126,6 +130,33 @@ class CompositeState(NamedTuple):
 def potential_energy(model, values, model_args, model_kwargs):
     """-log p(values, data): NumPyro's potential energy at constrained values."""
     return -log_density(model, model_args, model_kwargs, values)[0]
+
+
+def start_values(model, rng_key, model_args, model_kwargs, init_params) -> dict:
+    """A chain's start, the constrained values of every latent site: one draw from the model's
+    prior with ``init_params`` (constrained values) put in; a ValueError names sites the model
+    lacks."""
+    tr = prototype_trace(model, rng_key, model_args, model_kwargs)
+    z = {n: tr[n]["value"] for n in latent_sample_sites(tr)}
+    if init_params:
+        unknown = set(init_params) - set(z)
+        if unknown:
+            raise ValueError(f"init_params names sites {sorted(unknown)} the model lacks.")
+        z.update({k: jnp.asarray(v, dtype=jnp.result_type(z[k])) for k, v in init_params.items()})
+    return z
+
+
+@contextlib.contextmanager
+def quiet_if_drawn_from_prior(init_params):
+    """Evaluate densities at a start without NumPyro's eager "Out-of-support values" warning
+    when the start was drawn from the prior (no ``init_params``): such a draw can sit on its
+    support's edge (cfa's Ga(1e-6, 1e-6) noise precision draws 0.0 in float64), and it is what
+    NumPyro asks a kernel for, then discards, when a run resumes from a saved state. A start the
+    user gives is still checked."""
+    with warnings.catch_warnings():
+        if not init_params:
+            warnings.filterwarnings("ignore", message="Out-of-support values", category=UserWarning)
+        yield
 
 
 def bind_update(update, model, model_args, model_kwargs):
@@ -359,15 +390,10 @@ class ConjugateGibbs(MCMCKernel):
             inner = self._composite.init(rng_key, num_warmup, init_params, model_args, model_kwargs)
             return self._wrap(inner, model_args, model_kwargs)
         self._composite = None
-        tr = prototype_trace(self._model, key_init, model_args, model_kwargs)
-        z = {n: tr[n]["value"] for n in latent_sample_sites(tr)}
-        if init_params:
-            unknown = set(init_params) - set(z)
-            if unknown:
-                raise ValueError(f"init_params names sites {sorted(unknown)} the model lacks.")
-            z.update({k: jnp.asarray(v, dtype=jnp.result_type(z[k])) for k, v in init_params.items()})
+        z = start_values(self._model, key_init, model_args, model_kwargs, init_params)
         self._sample_fn = self._sweep
-        pe = potential_energy(self._model, z, model_args, model_kwargs)
+        with quiet_if_drawn_from_prior(init_params):
+            pe = potential_energy(self._model, z, model_args, model_kwargs)
         return SweepState(z, rng_key, pe, jnp.zeros((), bool))
 
     def _wrap(self, inner, model_args, model_kwargs) -> CompositeState:

@@ -49,19 +49,24 @@ likelihood's temperature or that leaves a site to a generic kernel.
 
 from __future__ import annotations
 
-import warnings
-
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from numpyro.infer.gibbs import latent_sample_sites, prototype_trace
 from numpyro.infer.mcmc import MCMCKernel
 from numpyro.util import is_prng_key
 
-from ..gibbs import ConjugateGibbs, init_vectorized, observed_log_likelihood, potential_energy, sweep_values
+from ..gibbs import (
+    ConjugateGibbs,
+    init_vectorized,
+    observed_log_likelihood,
+    potential_energy,
+    quiet_if_drawn_from_prior,
+    start_values,
+    sweep_values,
+)
 from ..gibbs_plan import make_plan
 from ..tempering import temper
 from ..updates import GibbsUpdate, Move
@@ -224,6 +229,12 @@ class ReplicaExchange(MCMCKernel):
         self._plan = None
         self._ends = np.zeros(0, np.int32)
         self._vectorized = False
+        self._sample_fn = None
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_sample_fn"] = None  # a bound method: the copy initialises afresh
+        return state
 
     @property
     def model(self):
@@ -253,6 +264,10 @@ class ReplicaExchange(MCMCKernel):
         model_kwargs = {} if model_kwargs is None else dict(model_kwargs)
         self._plan = self._make_plan(model_args, model_kwargs)
         self._ends = adaptation_ends(num_warmup) if self._adapt else np.zeros(0, np.int32)
+        # NumPyro initialises again, on every run() that continues from a state (each checkpoint
+        # segment), a kernel whose ``_sample_fn`` is None: mark this one initialised, as
+        # ConjugateGibbs does, so a segment does not trace the model and plan the table again
+        self._sample_fn = self._sample_one
         if not is_prng_key(rng_key):  # chain_method="vectorized": a batch of keys
             self._vectorized = True
             return init_vectorized(lambda k, p: self._init_one(k, p, model_args, model_kwargs),
@@ -262,22 +277,10 @@ class ReplicaExchange(MCMCKernel):
 
     def _init_one(self, rng_key, init_params, model_args, model_kwargs):
         key_init, rng_key = jax.random.split(rng_key)
-        tr = prototype_trace(self._model, key_init, model_args, model_kwargs)
-        z = {n: tr[n]["value"] for n in latent_sample_sites(tr)}
-        if init_params:
-            unknown = set(init_params) - set(z)
-            if unknown:
-                raise ValueError(f"init_params names sites {sorted(unknown)} the model lacks.")
-            z.update({k: jnp.asarray(v, dtype=jnp.result_type(z[k])) for k, v in init_params.items()})
+        z = start_values(self._model, key_init, model_args, model_kwargs, init_params)
         M = self._betas.shape[0]
         replicas = jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (M, *jnp.shape(a))), z)
-        with warnings.catch_warnings():
-            if not init_params:
-                # a start drawn from the prior can hold a value on its support's edge (a draw of
-                # cfa's Gamma(1e-6, 1e-6) noise precision is 0.0 in float64), and NumPyro's eager
-                # check then warned "Out-of-support values" on every run that continues from a
-                # checkpoint's state, where this start is not even used
-                warnings.filterwarnings("ignore", message="Out-of-support values", category=UserWarning)
+        with quiet_if_drawn_from_prior(init_params):
             ll = observed_log_likelihood(self._model, z, model_args, model_kwargs, self._sites)
             energy = potential_energy(self._model, z, model_args, model_kwargs)
         betas = jnp.asarray(self._betas)
@@ -334,7 +337,4 @@ class ReplicaExchange(MCMCKernel):
         if accept.ndim > 1:
             accept = accept.mean(0)
         return f"swap rate min {accept.min():.2f} over {accept.size} pairs"
-
-    def __getstate__(self):
-        return self.__dict__.copy()
 

@@ -340,7 +340,12 @@ def test_the_ladder_changes_in_the_first_half_of_warmup_only():
     mcmc.warmup(jax.random.PRNGKey(0), X, n=10, extra_fields=("betas",), collect_warmup=True)
     warm = np.asarray(mcmc.get_extra_fields()["betas"])  # (300, 5)
     mcmc.post_warmup_state = mcmc.last_state
+    # the continued run starts from that state: NumPyro must not initialise the kernel again
+    # (it did for every checkpoint segment, re-planning the table and warning about a prior start)
+    inits = []
+    kernel.init = lambda *a, **k: inits.append(1) or ReplicaExchange.init(kernel, *a, **k)
     mcmc.run(mcmc.post_warmup_state.rng_key, X, n=10, extra_fields=("betas",))
+    assert not inits
     ladders = np.concatenate([warm, np.asarray(mcmc.get_extra_fields()["betas"])])  # (500, 5)
     assert not np.allclose(ladders[0], ladders[160])  # adapted
     assert np.all(ladders[150:] == ladders[150])  # then fixed for the rest of the run
