@@ -96,10 +96,16 @@ def test_mcem_climbs_to_the_maximum_likelihood(mcem_run, ml_loglik):
 
 @pytest.mark.parametrize("wrong", [psi_off_m_step, plug_in_m_step])
 def test_a_wrong_m_step_ends_measurably_worse(wrong, ml_loglik):
-    res = make(wrong).run(jax.random.PRNGKey(0), 30, X, START, K=K, checkpoints=30,
-                          progress_bar=False)
     # measured: 149 nats (psi off by 1.5) and 109 nats (posterior variance dropped) below; the
-    # plug-in step can also collapse a noise variance to 0 (log-likelihood NaN), worse too
+    # plug-in step can also collapse a noise variance to 0, worse too: the log-likelihood is then
+    # NaN, and the run stops with its FloatingPointError at that iteration (seen at iteration 30
+    # on one machine and not on another: round-off decides whether it happens within 30)
+    try:
+        res = make(wrong).run(jax.random.PRNGKey(0), 30, X, START, K=K, checkpoints=30,
+                              progress_bar=False)
+    except FloatingPointError as err:
+        assert "log density became nan" in str(err)
+        return
     assert not res.loglik_trace[-1][1] >= ml_loglik - 5.0
 
 
