@@ -4,17 +4,19 @@ of the plain run (to 1e-9), and only process 0 writes; what it cannot run is one
 2, nothing written.
 
 fa, mfa, cvq and the rank SVM's G-NL variant (features and --labels, split by rows together) are
-compared over 2 chains of 20 + 20 sweeps. G-L is not run here: the sharding is the same code for
-every table (nothing in an update knows about devices), and G-NL's table has every kind of row-wise
-draw and sum that G-L's has (z, the per-row augmentation lam_svm, the classifier's sums over rows)
-plus the mixture labels; G-L's pair of runs cost 54 s of compiling (measured, cold) and its
---distributed run matched the plain one to 6.5e-14 when recorded in docs/distributed.md. MTA and NOCA over 2 chains of 1 + 2 sweeps (TA's
-entry is MTA's code path with one component; its kernel is checked in
-tests/inference/test_distributed_families.py): after a
-few more, an accept step (TA's collapsed move, NOCA's NUTS and its step-size adaptation) or an
-eigenbasis (MTA's loadings draw) can turn the last-bit differences of the all-reduced sums into
-another path with the same law, so their longer runs are checked in distribution in
-tests/inference/test_distributed_families.py."""
+compared over 2 chains of 20 + 20 sweeps. The route is one piece of glue for every family
+(``runs.run_mcmc`` hands the family's kernel, data and per-chain starts to
+``runs.run_sharded_chains``; no family's runner but the rank SVM's reads ``--distributed``), so
+the families here are those whose sharded sweep no other test checks (mfa, cvq), the plainest
+(fa) and the one whose runner passes a row-wise table beside the data (the rank SVM's labels).
+TA, MTA and NOCA's sharded sweeps are checked draw by draw and in distribution, with a control,
+in tests/inference/test_distributed_families.py; their CLI pairs here (45 s and 35 s of a 323 s
+fixture, measured) checked that glue again and were dropped. G-L is not run here either: the
+sharding is the same code for every table (nothing in an update knows about devices), and
+G-NL's table has every kind of row-wise draw and sum that G-L's has (z, the per-row augmentation
+lam_svm, the classifier's sums over rows) plus the mixture labels; G-L's pair of runs cost 54 s of
+compiling (measured, cold) and its --distributed run matched the plain one to 6.5e-14 when
+recorded in docs/distributed.md."""
 
 from __future__ import annotations
 
@@ -31,15 +33,11 @@ import pytest
 
 from latentzoo import arviz_adapter as azx
 from latentzoo.cli import main
-from latentzoo.models.noca import simulate_noca
 
 ROOT = Path(__file__).resolve().parents[2]
 SIZES = ["--K", "2", "--chains", "2", "--warmup", "20", "--samples", "20", "--no-progress", "--seed", "3"]
-SHORT = ["--K", "2", "--chains", "2", "--warmup", "1", "--samples", "2", "--no-progress", "--seed", "3"]
 # family -> (data arguments, sizes); the files are the fixture's
 NEW = {
-    "mta": (["--data", "X2.npy"], SHORT),
-    "noca": (["--data", "B.npy"], SHORT),
     # the DP mixture's labels are per-row draws too (measured: 1.6e-12 over 2 chains of 20 + 20)
     "rank-svm:G-NL": (["--data", "F.npy", "--labels", "y.npy", "--variant", "G-NL"], SIZES),
 }
@@ -47,8 +45,8 @@ GROUPS = ("posterior", "sample_stats", "log_likelihood")
 
 # one interpreter with 4 host devices: the plain run (NumPyro's MCMC, chains on 2 devices in
 # parallel) and the same run --distributed (fa; mfa with its k-means++ start per chain; cvq's
-# binary sources; TA, MTA with their data-driven starts; NOCA from its MAP-EM start; the rank
-# SVM's features and labels), and 42 rows that 4 devices cannot share
+# binary sources and data-driven starts; the rank SVM's features and labels), and 42 rows that 4
+# devices cannot share
 _FOUR_DEVICES = textwrap.dedent("""
     import json, os, sys, time
     from latentzoo.cli import main
@@ -101,21 +99,11 @@ def four_devices(tmp_path_factory):
     X = np.random.default_rng(0).normal(size=(40, 5))
     np.save(tmp / "X.npy", X)
     np.save(tmp / "X42.npy", np.random.default_rng(1).normal(size=(42, 5)))
-    # MTA: two clusters of 20 rows, so that each component has more rows than its loadings
-    # draw has features (9): with fewer, its Gram matrix has a repeated zero eigenvalue, and the
-    # eigenbasis eigh returns for it (the draw's law does not depend on it) turns on the last
-    # bits of the sums, so that the chains part at once (measured: at the 2nd sweep on X.npy)
-    rng = np.random.default_rng(4)
-    np.save(tmp / "X2.npy", rng.normal(size=(40, 5)) + np.where(np.arange(40) < 20, 3.0, -3.0)[:, None])
-    # NOCA: two sources over six items
-    theta = np.where(np.kron(np.eye(2), np.ones(3)) > 0, 2.3, 0.05)
-    np.save(tmp / "B.npy", simulate_noca(theta, np.full(6, 0.05), np.full(2, 0.4), 40,
-                                         np.random.default_rng(2))[0])
     rng = np.random.default_rng(3)
     F = rng.normal(size=(40, 5))
     np.save(tmp / "F.npy", F)
     np.save(tmp / "y.npy", (F[:, 0] + 0.5 * rng.normal(size=40) > 0).astype(float))  # labels 0 / 1
-    script = tmp / "four_devices.py"  # a file, not ``python -c``: NOCA's note looks up its caller's module
+    script = tmp / "four_devices.py"  # a file, not ``python -c`` (a family's note looks up its caller's module)
     script.write_text(_FOUR_DEVICES)
     r = subprocess.run([sys.executable, str(script), str(tmp), json.dumps(SIZES), json.dumps(NEW)],
                        cwd=ROOT, env=_env(4), capture_output=True, text=True, timeout=600)
