@@ -54,7 +54,11 @@ def gibbs_sweep_size(model, table, model_kwargs, data, init_values=None) -> Prog
 
     static, tables = split_tables(model_kwargs)
     kernel = ConjugateGibbs(partial(model, **static), table)
-    state = kernel.init(jax.random.PRNGKey(0), 1, init_values, (data,), tables)
+    # the start's shapes only (jax.eval_shape: nothing computed): the program is lowered, never
+    # run, and evaluating the start eagerly compiled a small program per operation of the model
+    # at every size a test asks for
+    state = jax.eval_shape(lambda d, t, v: kernel.init(jax.random.PRNGKey(0), 1, v, (d,), t),
+                           data, tables, init_values)
     return program_size(lambda s, a, t: kernel.sample(s, a, t), state, (data,), tables)
 
 

@@ -26,11 +26,19 @@ MAX_GROWTH = 1.2
 MAX_CONSTANT = 16
 
 
+def _simulated_shapes(family, kw):
+    """The shapes of a prior-predictive draw (latent values, data), traced, not drawn: the sweep is
+    lowered, never run, and drawing eagerly compiled a small program per operation of the model
+    at each size."""
+    return jax.eval_shape(lambda key: simulate(family.model, kw, key, family.checks.data_sites),
+                          jax.random.PRNGKey(1))
+
+
 def _sweep_size(family, N, D, table=None, K=None):
     kw = family.checks.sized_model_kwargs(N, D)
     if K is not None:
         kw = {**kw, "K": K}
-    values, data = simulate(family.model, kw, jax.random.PRNGKey(1), family.checks.data_sites)
+    values, data = _simulated_shapes(family, kw)
     table = family.checks.gibbs_table() if table is None else table
     return gibbs_sweep_size(family.model, table, kw, data, values)
 
@@ -109,7 +117,7 @@ def test_labels_bound_into_the_model_fail_the_check():
     (family,) = [f for f in families().values() if f.name == "rank-svm"]
     N, D = 4 * BASE[0], 4 * BASE[1]
     kw = family.checks.sized_model_kwargs(N, D)
-    values, data = simulate(family.model, kw, jax.random.PRNGKey(1), family.checks.data_sites)
+    values, data = _simulated_shapes(family, kw)
     planted = partial(family.model, y=kw["y"])
     rest = {k: v for k, v in kw.items() if k != "y"}
     size = gibbs_sweep_size(planted, family.checks.gibbs_table(), rest, data, values)
