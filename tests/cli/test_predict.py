@@ -15,7 +15,11 @@ from latentzoo import arviz_adapter as azx
 from latentzoo.cli import main
 from latentzoo.models.factor_analysis import default_fa_data
 
-pytestmark = pytest.mark.smoke  # the predictions and constant_data groups on both ArviZ lines
+
+# The tests on FA's runs are also run on the newest Python (the predictions and constant_data
+# groups on both ArviZ lines); the other families' predictors write through the same adapter
+# calls, so their numeric checks (a run and a prediction each, 10-50 s) run on the default Python only.
+SMOKE = pytest.mark.smoke
 
 SMALL = ["--chains", "2", "--samples", "30", "--warmup", "20", "--K", "2", "--no-progress"]
 
@@ -41,6 +45,7 @@ def _lpd(root, run, rows, capsys, name="pred"):
     return pd.read_csv(out / "predictions.csv"), out
 
 
+@SMOKE
 def test_training_rows_reproduce_the_runs_pointwise_log_likelihood(fa_runs, capsys):
     root, X, runs = fa_runs
     table, out = _lpd(root, runs["plain"], X[:7], capsys)
@@ -54,6 +59,7 @@ def test_training_rows_reproduce_the_runs_pointwise_log_likelihood(fa_runs, caps
     assert "mean log predictive density" in capsys.readouterr().out
 
 
+@SMOKE
 def test_the_package_call_returns_the_inference_data_arviz_reads(fa_runs):
     """``latentzoo.predict(run_dir, X_new)`` (no import of the module first) is the
     prediction's InferenceData, with its predictions group, the same values as the function's."""
@@ -67,6 +73,7 @@ def test_the_package_call_returns_the_inference_data_arviz_reads(fa_runs):
                                   predict(str(runs["plain"]), X[:5]).idata.predictions["log_lik"])
 
 
+@SMOKE
 def test_missing_entries_get_the_exact_conditional_density_and_mean(fa_runs, capsys):
     root, X, runs = fa_runs
     rows = X[:3].copy()
@@ -94,6 +101,7 @@ def test_missing_entries_get_the_exact_conditional_density_and_mean(fa_runs, cap
     assert "3 missing entries imputed" in capsys.readouterr().out
 
 
+@SMOKE
 def test_each_rows_latents_get_their_exact_conditional_mean(fa_runs, capsys):
     """``z_mean`` (per draw) is E[z_n | x_{n,O}, draw] = W_Oᵀ C_OO⁻¹ (x_O − mu_O), checked draw
     by draw against that dense formula (a missing entry left out); the table's ``z_mean_k``
@@ -119,6 +127,7 @@ def test_each_rows_latents_get_their_exact_conditional_mean(fa_runs, capsys):
     np.testing.assert_allclose(table[["z_mean_0", "z_mean_1"]].to_numpy(), z[0].mean(0), rtol=1e-9)
 
 
+@SMOKE
 def test_a_standardised_run_scores_rows_in_their_own_units(fa_runs, capsys):
     """The run stored its columns' centre and scale; new rows are transformed the same way and
     their densities carry the transform's Jacobian: the same rows, shifted into standardised
@@ -134,6 +143,7 @@ def test_a_standardised_run_scores_rows_in_their_own_units(fa_runs, capsys):
     np.testing.assert_allclose(table["log_predictive_density"], want[:5], rtol=1e-10)
 
 
+@SMOKE
 @pytest.mark.parametrize("case, rows, message", [
     ("columns", lambda X: X[:, :3], "have 3 columns; the run was fitted on 5"),
     ("infinite", lambda X: np.where(np.arange(5) == 2, np.inf, X[:4]), "infinite value"),
@@ -205,6 +215,7 @@ def test_cvq_beyond_enumeration_scores_a_labelled_lower_bound(tmp_path, capsys):
         "mean-field lower bound"
 
 
+@SMOKE
 def test_a_family_that_cannot_predict_yet_says_so(tmp_path, capsys):
     from latentzoo.registry import families, register, unregister
 
@@ -254,6 +265,7 @@ def test_mfa_training_rows_reproduce_its_pointwise_log_likelihood(tmp_path, caps
     np.testing.assert_allclose(c.sum(1), 1.0, rtol=1e-9)
 
 
+@SMOKE
 def test_a_run_written_before_the_transform_record_is_refused(fa_runs, capsys):
     """An older run does not say whether its columns were standardised: scoring raw rows against
     a standardised fit would be silently wrong, so predict says why it cannot."""
