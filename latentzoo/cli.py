@@ -151,6 +151,7 @@ def main(argv=None) -> int:
         except (ValueError, RuntimeError) as err:
             return fail(str(err))
     args = _build_parser().parse_args(argv)
+    guard = None
     try:
         with interrupt_on_signals() as guard:
             args.signals = guard
@@ -159,10 +160,11 @@ def main(argv=None) -> int:
     except KeyboardInterrupt as err:
         return _interrupted(err, args)
     except Exception as err:
-        # A signal whose Interrupted was raised inside library code that wraps what it catches
-        # (JAX's cache lookup turns an exception from a key's __eq__ into its own error) is still
-        # the signal, not bad input.
-        stop = interrupt_in(err)
+        # A signal whose Interrupted was raised inside library code that wraps what it catches is
+        # still the signal, not bad input: found in the error's causes, or, where the library
+        # kept only the text (jaxlib's cache lookup turns an exception from a key's __eq__ into
+        # an error of its own), by the signal having arrived at all.
+        stop = interrupt_in(err) or (guard.pending() if guard is not None else None)
         if stop is not None:
             return _interrupted(stop, args)
         if os.environ.get("LATENTZOO_DEBUG") or not isinstance(err, (ValueError, FloatingPointError)):

@@ -36,11 +36,16 @@ class SignalGuard(typing.NamedTuple):
     calls it before it writes. ``disarm()`` is called once the files are in place: from then on
     either signal ends the process at once with the system's default action (the files are
     complete, and an exception raised during the interpreter's shutdown would only print
-    "Exception ignored").
+    "Exception ignored"). ``pending()`` returns the :class:`Interrupted` of a signal that arrived
+    (None if none did): an error raised after it is the signal's doing, even where library code
+    turned the handler's exception into an error of its own without a cause to follow (jaxlib's
+    compiled-function cache reports an exception from a key's ``__eq__`` as a new error carrying
+    only its text: seen on Python 3.13 with jax 0.12).
     """
 
     check: typing.Callable[[], None]
     disarm: typing.Callable[[], None]
+    pending: typing.Callable[[], "Interrupted | None"] = lambda: None
 
 
 @contextlib.contextmanager
@@ -61,6 +66,9 @@ def interrupt_on_signals():
     def check():
         if received:
             raise Interrupted(received[0])
+
+    def pending():
+        return Interrupted(received[0]) if received else None
 
     def disarm():
         received.clear()  # the files are complete: a lost signal from here on changes nothing
@@ -98,7 +106,7 @@ def interrupt_on_signals():
     threading.Thread(target=watchdog, daemon=True).start()
     previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        yield SignalGuard(check, disarm)
+        yield SignalGuard(check, disarm, pending)
         check()  # a command that ran to its end over a lost signal still reports it
     finally:
         done.set()
