@@ -17,7 +17,10 @@ the block unwinds. Inside a compiled XLA call Python cannot run at all; the exce
 when the call returns (for a progress-bar loop, after the current sweep). The guard changes
 nothing where the SIGINT handler is not Python's default one (the user's own handler is left
 alone) or outside the main thread, and it restores the handler on the way out, cancelling a
-re-raise that has not been delivered yet. Guards nest (the inner one does nothing).
+re-raise that has not been delivered yet. An error that ends the block after a recorded SIGINT is
+raised as ``KeyboardInterrupt`` (the error as its cause): library code can turn the interrupt
+into an error of its own, as jaxlib's compiled-function cache does (jax 0.12). Guards nest (the
+inner one does nothing).
 """
 
 from __future__ import annotations
@@ -72,6 +75,13 @@ def keyboard_interrupts_kept() -> Iterator[None]:
     watcher.start()
     try:
         yield
+    except Exception as err:
+        if pressed.is_set():
+            # Ctrl-C was pressed and library code turned its KeyboardInterrupt into an error of
+            # its own (jaxlib's compiled-function cache reports an exception raised in a key's
+            # __eq__ as a new ValueError carrying only its text): still the interrupt
+            raise KeyboardInterrupt from err
+        raise
     finally:
         with lock:
             done.set()

@@ -79,3 +79,39 @@ def test_without_the_guard_the_lost_interrupt_is_gone():
     out = _run("plain")
     assert "Exception ignored" in out, out
     assert "ran to the end" in out, out
+
+
+_WRAPPED = textwrap.dedent("""
+    import os, signal, time
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    from latentzoo.inference.interrupts import interruptible
+    def wrapped():
+        caught = []
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1.0)
+        except KeyboardInterrupt as e:
+            caught.append(repr(e))
+        # raised outside the except clause, as jaxlib does: nothing leads back to the interrupt
+        raise ValueError("Cache keys should be comparable using __eq__. The error was: " + caught[0])
+    def bad_input():
+        raise ValueError("bad input")
+    for name, fn in (("wrapped", wrapped), ("bad input", bad_input)):
+        try:
+            interruptible(fn)()
+        except KeyboardInterrupt:
+            print(name, "-> KeyboardInterrupt")
+        except ValueError:
+            print(name, "-> ValueError")
+""")
+
+
+def test_an_interrupt_that_library_code_turned_into_its_own_error_is_still_the_interrupt():
+    """jaxlib's compiled-function cache (jax 0.12) turns a KeyboardInterrupt raised in a cache
+    key's ``__eq__`` into a ValueError carrying only its text (seen in a CI run of the CLI); a
+    fit interrupted there must still raise KeyboardInterrupt. A ValueError with no Ctrl-C
+    before it stays a ValueError."""
+    r = subprocess.run([sys.executable, "-c", _WRAPPED], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "wrapped -> KeyboardInterrupt" in r.stdout, r.stdout + r.stderr
+    assert "bad input -> ValueError" in r.stdout, r.stdout + r.stderr
