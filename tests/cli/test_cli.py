@@ -138,15 +138,26 @@ def test_run_fa_variational_methods(method, tmp_path):
     assert idata.log_likelihood["X"].shape[-1] == 500
 
 
+@pytest.mark.smoke  # NumPyro's NUTS output through the adapter on both ArviZ lines
 def test_run_fa_nuts_small(tmp_path):
+    """A NUTS run end to end: its file read back by diagnose and by plain ArviZ calls (the only
+    NUTS run of the newest-Python smoke set, see tests/cli/test_every_method.py)."""
+    from latentzoo.registry import families
+    from tests.cli.test_every_method import plain_arviz_on_the_saved_run
+
     rng = np.random.default_rng(1)
     X = rng.normal(size=(40, 4)) @ rng.normal(size=(4, 4))
     np.save(tmp_path / "x.npy", X)
     out = tmp_path / "nuts"
     argv = ["run", "fa", "--method", "nuts", "--data", str(tmp_path / "x.npy"), "--K", "1",
-            "--chains", "1", "--samples", "50", "--warmup", "50", "--no-progress", "--out", str(out)]
+            "--chains", "2", "--samples", "50", "--warmup", "50", "--no-progress", "--out", str(out)]
     assert main(argv) == 0
     assert (out / "summary.csv").read_text().count("psi[") == 4
+    idata = azx.load(str(out / "posterior.nc"))
+    assert "diverging" in idata.sample_stats
+    assert main(["diagnose", str(out)]) == 0
+    assert (out / "ppc.png").stat().st_size > 0
+    plain_arviz_on_the_saved_run(out / "posterior.nc", families()["fa"])
 
 
 def test_run_fa_online_streams_a_csv(tmp_path):
