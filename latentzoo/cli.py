@@ -164,7 +164,10 @@ def main(argv=None) -> int:
         # still the signal, not bad input: found in the error's causes, or, where the library
         # kept only the text (jaxlib's cache lookup turns an exception from a key's __eq__ into
         # an error of its own), by the signal having arrived at all.
-        stop = interrupt_in(err) or (guard.pending() if guard is not None else None)
+        stop = interrupt_in(err)
+        if stop is None and guard is not None and guard.pending() is not None:
+            stop = guard.pending()
+            stop.__context__ = err  # so that the frames it unwound through are released too
         if stop is not None:
             return _interrupted(stop, args)
         if os.environ.get("LATENTZOO_DEBUG") or not isinstance(err, (ValueError, FloatingPointError)):
