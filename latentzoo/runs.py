@@ -35,6 +35,7 @@ __all__ = [
     "write_run",
     "is_point_fit",
     "chain_method",
+    "HMC_STATS",
     "MAX_STORED_COV_DIM",
     "point_sizes",
     "guide_point_idata",
@@ -64,6 +65,12 @@ MIN_STORED_DRAWS = 50
 MAX_TRACE_ENTRIES = 20
 
 
+# NumPyro's per-draw statistics of an HMC/NUTS run kept beside `diverging` (its default): ArviZ's
+# from_numpyro stores them as sample_stats `energy`, `lp`, `n_steps`, `acceptance_rate` and
+# `step_size`, so that az.plot_energy and az.summary of the sampler's behaviour work on the file.
+HMC_STATS = ("energy", "potential_energy", "num_steps", "accept_prob", "adapt_state.step_size")
+
+
 def chain_method(chains: int) -> str:
     """'parallel' when there is a device per chain (e.g. XLA_FLAGS host devices), else sequential."""
     return "parallel" if jax.local_device_count() >= chains > 1 else "sequential"
@@ -75,8 +82,10 @@ def run_mcmc(kernel, cfg, *model_args, extra_fields=(), init_params=None, thinni
     With ``cfg.checkpoint_dir`` set, the draws come in segments saved there after warm-up and
     each segment, and ``cfg.resume`` continues from them (:mod:`latentzoo.checkpoint`); the
     draws are those of one uninterrupted run."""
-    from numpyro.infer import MCMC
+    from numpyro.infer import HMC, MCMC
 
+    if isinstance(kernel, HMC):  # NUTS/HMC: what az.plot_energy and a divergence audit read
+        extra_fields = (*extra_fields, *HMC_STATS)
     if getattr(cfg, "distributed", False):
         return run_sharded_chains(kernel, cfg, *model_args, extra_fields=extra_fields,
                                   init_params=init_params, thinning=thinning, **model_kwargs)

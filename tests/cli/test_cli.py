@@ -154,10 +154,20 @@ def test_run_fa_nuts_small(tmp_path):
     assert main(argv) == 0
     assert (out / "summary.csv").read_text().count("psi[") == 4
     idata = azx.load(str(out / "posterior.nc"))
-    assert "diverging" in idata.sample_stats
+    # NumPyro's HMC statistics under ArviZ's names, for az.plot_energy and a look at the sampler
+    stats = idata.sample_stats
+    for name in ("diverging", "energy", "lp", "n_steps", "acceptance_rate", "step_size"):
+        assert name in stats, (name, list(stats.data_vars))
+    assert stats["energy"].shape == (2, 50) and np.all(np.isfinite(stats["energy"].values))
+    assert np.all((stats["acceptance_rate"].values >= 0) & (stats["acceptance_rate"].values <= 1))
     assert main(["diagnose", str(out)]) == 0
     assert (out / "ppc.png").stat().st_size > 0
     plain_arviz_on_the_saved_run(out / "posterior.nc", families()["fa"])
+    import arviz as az
+    import matplotlib.pyplot as plt
+
+    az.plot_energy(az.from_netcdf(str(out / "posterior.nc")))
+    plt.close("all")
 
 
 def test_run_fa_online_streams_a_csv(tmp_path):
