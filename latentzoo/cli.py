@@ -165,9 +165,10 @@ def main(argv=None) -> int:
         # kept only the text (jaxlib's cache lookup turns an exception from a key's __eq__ into
         # an error of its own), by the signal having arrived at all.
         stop = interrupt_in(err)
-        if stop is None and guard is not None and guard.pending() is not None:
+        if stop is None and guard is not None:
             stop = guard.pending()
-            stop.__context__ = err  # so that the frames it unwound through are released too
+            if stop is not None:
+                stop.__context__ = err  # so that the frames it unwound through are released too
         if stop is not None:
             return _interrupted(stop, args)
         if os.environ.get("LATENTZOO_DEBUG") or not isinstance(err, (ValueError, FloatingPointError)):

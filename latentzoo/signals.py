@@ -63,12 +63,13 @@ def interrupt_on_signals():
         received.append(signum)
         raise Interrupted(signum)
 
-    def check():
-        if received:
-            raise Interrupted(received[0])
-
     def pending():
         return Interrupted(received[0]) if received else None
+
+    def check():
+        stop = pending()
+        if stop is not None:
+            raise stop
 
     def disarm():
         received.clear()  # the files are complete: a lost signal from here on changes nothing
