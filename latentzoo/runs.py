@@ -135,7 +135,7 @@ def run_sharded_chains(kernel, cfg, *model_args, extra_fields=(), init_params=No
     no replica exchange."""
     from numpyro.infer import MCMC
 
-    from latentzoo.inference.distributed import gather, local_rows, row_mesh, shard_rows, sharded_gibbs
+    from latentzoo.inference.distributed import ShardedGibbs, gather, local_rows, row_mesh, shard_rows
 
     if getattr(cfg, "replicas", 1) > 1:
         raise ValueError("--replicas and --distributed cannot be combined: replica exchange does "
@@ -156,13 +156,16 @@ def run_sharded_chains(kernel, cfg, *model_args, extra_fields=(), init_params=No
               f"warm-up {cfg.warmup}, draws {cfg.samples}, one chain after another)",
               file=sys.stderr, flush=True)
     chains = []
+    # one sampler for every chain: its compiled programs are reused, chain after chain
+    gibbs = ShardedGibbs(kernel, mesh, **model_kwargs)
     for c in range(cfg.chains):
         start = None if init_params is None or cfg.chains == 1 else \
             jax.tree.map(lambda a, c=c: np.asarray(a)[c], init_params)
         if cfg.chains == 1:
             start = init_params
-        draws = sharded_gibbs(kernel, keys[c], *data, mesh=mesh, num_samples=kept, num_warmup=warmup,
-                              thinning=thinning, init_params=start, extra_fields=fields, **model_kwargs)
+        state = gibbs.init(keys[c], *data, num_warmup=warmup, init_params=start)
+        draws = gibbs.run(state, *data, num_samples=kept, num_warmup=warmup, thinning=thinning,
+                          extra_fields=fields)
         chains.append(gather({field: draws.samples, **(draws.extra or {})}))
     states = jax.tree.map(lambda *per_chain: np.stack(per_chain), *chains)
     mcmc = MCMC(kernel, num_warmup=cfg.warmup, num_samples=cfg.samples, num_chains=cfg.chains,

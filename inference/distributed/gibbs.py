@@ -34,6 +34,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import jax
+import jax.numpy as jnp
 from jax import lax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
@@ -182,21 +183,41 @@ class ShardedGibbs:
         return ShardedDraws(samples, last, extra)
 
     def _chain(self, state, data, tables, num_samples, num_warmup, thinning, drop=(), fields=()):
-        sweep = lambda _, s: self._sweep(s, data, tables)  # noqa: E731
-        state = lax.fori_loop(0, num_warmup, sweep, state)
+        """One loop over all ``num_warmup + num_samples * thinning`` sweeps, collecting after every
+        ``thinning``-th sweep past warm-up (as NumPyro's ``fori_collect`` does): the sweep is
+        traced once, so the program holds it once and compiles in about half the time of a
+        warm-up loop followed by a collecting loop (measured on 4 host devices: the rank SVM's
+        G-NL table 38 s against 20 s at XLA's optimisation level 0)."""
         field = getattr(self.kernel, "sample_field", "z")
         post = self.kernel.postprocess_fn(data, self._kwargs(tables))
 
-        def draw(s, _):
-            s = lax.fori_loop(0, thinning, sweep, s)
+        def collect(s):
             sample = dict(post(getattr(s, field)))  # per draw, as MCMC's collection does
             for site in drop:
                 sample.pop(site)
-            return s, (sample, {f: getattr(s, f) for f in fields})
+            return sample, {f: getattr(s, f) for f in fields}
 
-        state, (samples, extra) = lax.scan(draw, state, None, length=num_samples)
-        return self._constrain(samples, axis=1), self._constrain(extra, axis=1), state
+        blank = jax.tree.map(lambda a: jnp.zeros((num_samples, *a.shape), a.dtype),
+                             jax.eval_shape(collect, state))
+        blank = self._constrain(blank, axis=1)
 
+        def body(i, carry):
+            s, kept = carry
+            s = self._sweep(s, data, tables)
+            after = i + 1 - num_warmup  # sweeps done after warm-up
+            slot = jnp.clip(after // thinning - 1, 0, num_samples - 1)
+
+            def write(kept):
+                return jax.tree.map(lambda buf, v: lax.dynamic_update_index_in_dim(buf, v, slot, 0),
+                                    kept, collect(s))
+
+            keep = (after > 0) & (after % thinning == 0)
+            kept = self._constrain(lax.cond(keep, write, lambda k: k, kept), axis=1)
+            return s, kept
+
+        state, (samples, extra) = lax.fori_loop(0, num_warmup + num_samples * thinning, body,
+                                                (state, blank))
+        return samples, extra, state
 
 def sharded_gibbs(kernel, rng_key, *data, mesh: Mesh, num_samples: int, num_warmup: int = 0,
                   thinning: int = 1, init_params=None, extra_fields=(), **model_kwargs) -> ShardedDraws:
