@@ -53,6 +53,8 @@ per element per sweep. Cost: one single-image colour scan per element.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import jax
 import jax.numpy as jnp
 import numpyro.distributions as dist
@@ -143,7 +145,9 @@ def element_birth_log_ratio(key, dk, Wn, Rn, gamma_n, scale, hyper_k, N, *, forc
     Wn. ``force`` may be traced (one scan serves both). Returns (log A, map (H', W'), the
     image's residual after the map is added (C, H, W)).
     ``drop`` names terms to leave out ("log_n", "atom_prior", "log_q_atom", "map_prior", "pi"):
-    wrong moves kept as the tests' controls.
+    wrong moves kept as the tests' controls. It may also map those names to weights that
+    multiply their terms (1 keeps a term, 0 drops it; traced values allowed), so that the right
+    move and its controls run from one compiled program.
 
     Args: dk (C, h, w); Wn (H', W'); Rn (C, H, W) the residual without element k; gamma_n scalar;
     hyper_k: (a_k, b0_k, g_k, h_k, d_loc_k, e_nk, f_nk, W_loc_nk) for this element and image.
@@ -154,16 +158,16 @@ def element_birth_log_ratio(key, dk, Wn, Rn, gamma_n, scale, hyper_k, N, *, forc
                                             gamma_n[None], W_loc[None], prec_q[None])
     maps, R_new = maps[0], R_new[0]
     log_a = -0.5 * gamma_n * (jnp.sum(R_new**2) - jnp.sum(Rn**2)) - log_q_map[0]
-    if "map_prior" not in drop:
-        log_a = log_a + jnp.sum(log_student(maps, W_loc, e, f))
-    if "atom_prior" not in drop:
-        log_a = log_a + jnp.sum(log_student(dk, d_loc, g, h))
-    if "log_q_atom" not in drop:
-        log_a = log_a - atom_proposal_log_density(dk, Rn, scale)
-    if "pi" not in drop:
-        log_a = log_a + jnp.log(a) - jnp.log(b0 + N - 1)
-    if "log_n" not in drop:
-        log_a = log_a + jnp.log(N)
+    terms = {"map_prior": lambda: jnp.sum(log_student(maps, W_loc, e, f)),
+             "atom_prior": lambda: jnp.sum(log_student(dk, d_loc, g, h)),
+             "log_q_atom": lambda: -atom_proposal_log_density(dk, Rn, scale),
+             "pi": lambda: jnp.log(a) - jnp.log(b0 + N - 1),
+             "log_n": lambda: jnp.log(N)}
+    for name, term in terms.items():
+        if isinstance(drop, Mapping):
+            log_a = log_a + drop.get(name, 1.0) * term()
+        elif name not in drop:
+            log_a = log_a + term()
     return log_a, maps, R_new
 
 
@@ -239,9 +243,11 @@ def element_move(*, drop=()) -> Move:
     """The element birth/death MH move (module docstring); ``drop`` as in
     :func:`element_birth_log_ratio`, for the tests' controls only."""
     name = "element birth/death (MH: an unused element born in one image, or one used once retired)"
-    if drop:
+    if isinstance(drop, Mapping):
+        name += f" with weighted terms {', '.join(drop)} (a control when a weight is not 1)"
+    elif drop:
         name += f" without {', '.join(drop)} (wrong)"
     return Move(name, ("pi", "beta", "d", "alpha", "W", "b"),
                 {"pi": (dist.Beta,), "beta": GAMMA, "d": NORMAL, "alpha": GAMMA, "W": NORMAL,
                  "b": BERNOULLI, "X": NORMAL},
-                _step(tuple(drop)), preserves_likelihood=False, tempered=True)
+                _step(drop if isinstance(drop, Mapping) else tuple(drop)), preserves_likelihood=False, tempered=True)

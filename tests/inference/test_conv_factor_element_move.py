@@ -26,7 +26,7 @@ from scipy.special import betaln
 
 from latentzoo.families.conv_factor import CFA_CHECK_PRIORS, CFA_TEST_FUNCTIONS
 from latentzoo.inference.calibration import SBC_COMPILER_OPTIONS
-from latentzoo.inference.checks import geweke_test, sbc, simulate
+from latentzoo.inference.checks import geweke_tests, sbc, simulate
 from latentzoo.inference.conjugate import beta_bernoulli_update
 from latentzoo.inference.conv_factor import (
     W_update,
@@ -109,15 +109,19 @@ def test_the_quadrature_of_the_state_masses_has_converged():
     assert abs(finer - _log_evidence_on(PIXELS[2], GAMMA[2])) < 1e-6
 
 
-def _state_frequency_z(move, chains=2000, settle=20, sweeps=60, seed=3):
+TERMS = ("log_n", "atom_prior", "pi", "map_prior", "log_q_atom")
+
+
+def _state_frequency_z(weights, chains=2000, settle=20, sweeps=60, seed=3):
     """z-scores of the four states' frequencies after ``sweeps`` sweeps of [move, W, d, alpha,
     beta, pi] (the updates after the move never change b), from starts whose state is drawn from
-    the exact masses and whose other values settled for ``settle`` sweeps without the move."""
+    the exact masses and whose other values settled for ``settle`` sweeps without the move; one
+    array per row of ``weights``. A row has one weight per name in TERMS (1 keeps that term of the
+    move's ratio, 0 drops it) and is an argument of the compiled program: the right move and its
+    controls compile once."""
     p = _state_masses()
     N = len(PIXELS)
     X = jnp.asarray(PIXELS.reshape(N, 1, 1, 1))
-    table = [move, W_update(), d_update(), alpha_update(), beta_update(),
-             beta_bernoulli_update("pi", "b")]
 
     def sweeps_of(updates, v, key, count):
         def one(v, k):
@@ -126,7 +130,9 @@ def _state_frequency_z(move, chains=2000, settle=20, sweeps=60, seed=3):
 
         return jax.lax.scan(one, v, jax.random.split(key, count))[0]
 
-    def chain(key, state):
+    def chain(key, state, w):
+        table = [element_move(drop=dict(zip(TERMS, w))), W_update(), d_update(), alpha_update(),
+                 beta_update(), beta_bernoulli_update("pi", "b")]
         v, _ = simulate(conv_factor, ONE_PIXEL, key)
         on = (jnp.arange(N) == state - 1).astype(v["b"].dtype)[:, None]
         v = {**v, "b": on, "gamma": jnp.asarray(GAMMA)}
@@ -137,20 +143,35 @@ def _state_frequency_z(move, chains=2000, settle=20, sweeps=60, seed=3):
     start = np.random.default_rng(seed).choice(N + 1, size=chains, p=p)
     keys = jax.random.split(jax.random.PRNGKey(seed), chains)
     # one long-running program: XLA's optimised code, as for SBC (the suite compiles at level 0)
-    program = jax.jit(jax.vmap(chain), compiler_options=SBC_COMPILER_OPTIONS)
-    b = np.asarray(program(keys, jnp.asarray(start)))
-    used = b.sum(1)
-    assert np.all(used <= 1)  # the move never reaches two images on
-    state = np.where(used == 0, 0, 1 + b.argmax(1))
-    count = np.bincount(state, minlength=N + 1)
-    return (count - chains * p) / np.sqrt(chains * p * (1 - p))
+    program = jax.jit(jax.vmap(chain, in_axes=(0, 0, None)), compiler_options=SBC_COMPILER_OPTIONS)
+    out = []
+    for w in np.atleast_2d(weights):
+        b = np.asarray(program(keys, jnp.asarray(start), jnp.asarray(w, jnp.float64)))
+        used = b.sum(1)
+        assert np.all(used <= 1)  # the move never reaches two images on
+        state = np.where(used == 0, 0, 1 + b.argmax(1))
+        count = np.bincount(state, minlength=N + 1)
+        out.append((count - chains * p) / np.sqrt(chains * p * (1 - p)))
+    return out
 
 
-def test_the_move_keeps_the_exact_masses_of_the_states_it_connects():
+def _without(*names):
+    return [0.0 if t in names else 1.0 for t in TERMS]
+
+
+DEFAULT_CONTROLS = ("log_n", "atom_prior")
+
+
+def test_the_move_keeps_the_exact_masses_and_fails_without_a_term():
     """Four z-scores of 2000 independent chains, each N(0, 1) for a right move: threshold 4.
-    Measured max |z| 1.3; every control below more than 7."""
-    z = _state_frequency_z(element_move())
-    assert np.max(np.abs(z)) < 4, np.round(z, 1)
+    Measured max |z| 1.3. Each control, from the same compiled program, must exceed 6: measured
+    17.8 without the image choice's log N, 8.6 without the atom's Student t (and, below, 10.1
+    without the pi term, 11.2 without the map's Student t, 32.6 without the atom proposal's
+    density)."""
+    right, *controls = _state_frequency_z([_without(), *(_without(t) for t in DEFAULT_CONTROLS)])
+    assert np.max(np.abs(right)) < 4, np.round(right, 1)
+    for name, z in zip(DEFAULT_CONTROLS, controls):
+        assert np.max(np.abs(z)) > 6, (name, np.round(z, 1))
 
 
 THOROUGH = pytest.mark.skipif(os.environ.get("LATENTZOO_THOROUGH") != "1",
@@ -158,16 +179,12 @@ THOROUGH = pytest.mark.skipif(os.environ.get("LATENTZOO_THOROUGH") != "1",
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("drop", ["log_n", "atom_prior",
-                                  pytest.param("pi", marks=THOROUGH),
-                                  pytest.param("map_prior", marks=THOROUGH),
-                                  pytest.param("log_q_atom", marks=THOROUGH)])
+@THOROUGH
+@pytest.mark.parametrize("drop", ["pi", "map_prior", "log_q_atom"])
 def test_the_move_without_a_term_misses_the_masses(drop):
-    """Measured max |z| (the right move: 1.3): 17.8 without log N, 8.6 without the atom's
-    Student t, 10.1 without the pi term, 11.2 without the map's Student t, 32.6 without the atom
-    proposal's density; the threshold is 6. The last three (about 30 s each, compiling mostly) run with
-    LATENTZOO_THOROUGH=1; the Geweke test below also catches the map's Student t."""
-    z = _state_frequency_z(element_move(drop=(drop,)))
+    """The other three terms run with LATENTZOO_THOROUGH=1 (the Geweke test below also catches
+    the map's Student t); threshold 6, as above."""
+    (z,) = _state_frequency_z([_without(drop)])
     assert np.max(np.abs(z)) > 6, np.round(z, 1)
 
 
@@ -175,27 +192,23 @@ def test_the_move_without_a_term_misses_the_masses(drop):
 SMALL = dict(K=2, atom_shape=(2, 2), N=3, image_shape=(1, 5, 5), priors=CFA_CHECK_PRIORS)
 
 
-def _geweke(move):
-    table = [move if isinstance(u, Move) and u.sites[0] == "pi" else u
-             for u in cfa_updates(element_move=True)]
-    return geweke_test(conv_factor, ConjugateGibbs(conv_factor, table), SMALL, CFA_TEST_FUNCTIONS,
-                       jax.random.PRNGKey(1), num_steps=3000, num_prior=4096)
-
-
 @pytest.mark.slow
-def test_the_table_with_the_move_passes_geweke():
-    """max |z| 1.8 against 3.55 at these sizes."""
-    r = _geweke(element_move())
-    assert r.passed, dict(zip(r.labels, np.round(r.z_scores, 1)))
-
-
-@pytest.mark.slow
-def test_the_move_without_the_map_s_student_t_fails_geweke():
-    """Measured: the fraction of elements on z = 6.5 and pi's sum 6.6 against 3.55. (Without
-    the image choice's log N or the pi term the table still passes here: the other updates dilute
+def test_the_table_with_the_move_passes_geweke_and_fails_without_the_map_s_student_t():
+    """One compiled chain program, the map's Student t weighted by a traced knob: 1 is the right
+    move, 0 the control. Measured: the right table max |z| 1.8 against 3.55 at these sizes; the
+    control fails on the fraction of elements on (z = 6.5) and pi's sum (6.6). (Without the
+    image choice's log N or the pi term the table still passes here: the other updates dilute
     the move; the exact masses above catch them.)"""
-    r = _geweke(element_move(drop=("map_prior",)))
-    assert not r.passed, dict(zip(r.labels, np.round(r.z_scores, 1)))
+
+    def kernel_of(knob):
+        move = element_move(drop={"map_prior": knob})
+        return ConjugateGibbs(conv_factor, [move if isinstance(u, Move) and u.sites[0] == "pi" else u
+                                            for u in cfa_updates(element_move=True)])
+
+    good, bad = geweke_tests(conv_factor, kernel_of, [1.0, 0.0], SMALL, CFA_TEST_FUNCTIONS,
+                             jax.random.PRNGKey(1), num_steps=3000, num_prior=4096)
+    assert good.passed, dict(zip(good.labels, np.round(good.z_scores, 1)))
+    assert not bad.passed, dict(zip(bad.labels, np.round(bad.z_scores, 1)))
 
 
 @pytest.mark.slow
