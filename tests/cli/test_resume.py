@@ -84,12 +84,14 @@ def _sampling_loops_compiled_by(cfg):
 def test_segments_compile_the_sampling_loop_once(tmp_path):
     # NumPyro compiles its sampling loop afresh on every MCMC.run (a new jit object each call),
     # and JAX's caches kept each one: NOCA's default run grew by about 50 MB a segment and chain
-    # to 5.7 GB. run_mcmc keeps one loop for every segment of a length (latentzoo.compiled_loop):
-    # the warm-up's and the segments', however many segments (without it, one more per segment).
-    for segments in (1, 3):
-        cfg = RunConfig(K=1, chains=1, warmup=3, samples=2 * segments, seed=3,
-                        checkpoint_dir=str(tmp_path / str(segments)), checkpoint_every=2)
-        assert _sampling_loops_compiled_by(cfg) == 2, segments
+    # to 5.7 GB. run_mcmc keeps one loop for the warm-up and every segment, however many and of
+    # whatever lengths (latentzoo.compiled_loop; without it, one more per segment, and before the
+    # loop's length was traced, one for the warm-up, one for the segments and one for a shorter
+    # last segment: the sweep compiled three times).
+    for samples in (2, 6, 5):  # one segment; three of 2; 2 + 2 + 1
+        cfg = RunConfig(K=1, chains=1, warmup=3, samples=samples, seed=3,
+                        checkpoint_dir=str(tmp_path / str(samples)), checkpoint_every=2)
+        assert _sampling_loops_compiled_by(cfg) == 1, samples
 
 
 def test_sequential_chains_share_one_compiled_loop():
